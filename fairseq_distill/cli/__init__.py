@@ -1,0 +1,1 @@
+"""Command-line tools: data preparation, seq-KD data, evaluation, export."""

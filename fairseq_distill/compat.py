@@ -1,0 +1,44 @@
+"""The few shims between fairseq and the torch/fairseq versions we support.
+
+Everything version-dependent lives here, so the rest of the plugin reads as plain fairseq.
+
+1. torch >= 2.6 loads checkpoints with ``weights_only=True``. fairseq's
+   ``load_checkpoint_to_cpu`` does not pass ``weights_only``, and checkpoints of legacy
+   (argparse-registered) architectures such as ``transformer`` keep their model options
+   as an ``argparse.Namespace`` in ``cfg["model"]``, which the restricted unpickler
+   refuses. ``argparse.Namespace`` is only an attribute bag, so we allow it through
+   torch's public allow-list; importing the plugin (``--user-dir fairseq_distill``) is
+   enough for every fairseq tool. Checkpoints exported by
+   :mod:`fairseq_distill.checkpoint` contain no Namespace at all and need nothing.
+2. ``fairseq.models.build_model`` gained ``from_checkpoint`` after 0.12.x; we call it
+   through :func:`build_model` with whatever the installed build accepts.
+"""
+import argparse
+import inspect
+
+import torch
+
+
+def allow_namespace_in_checkpoints():
+    add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
+    if add_safe_globals is not None:  # torch < 2.4 loads everything anyway
+        add_safe_globals([argparse.Namespace])
+
+
+allow_namespace_in_checkpoints()
+
+
+def load_checkpoint(path):
+    """Load a fairseq checkpoint to CPU with fairseq's own upgrade logic."""
+    from fairseq import checkpoint_utils
+
+    return checkpoint_utils.load_checkpoint_to_cpu(path)
+
+
+def build_model(model_cfg, task):
+    """``fairseq.models.build_model`` for a model restored from a checkpoint."""
+    from fairseq import models
+
+    if "from_checkpoint" in inspect.signature(models.build_model).parameters:
+        return models.build_model(model_cfg, task, from_checkpoint=True)
+    return models.build_model(model_cfg, task)

@@ -1,0 +1,1 @@
+from fairseq_distill.criterions import word_kd  # noqa: F401

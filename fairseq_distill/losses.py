@@ -1,0 +1,49 @@
+"""Distillation loss terms as plain functions of tensors (no fairseq objects).
+
+Every term is *summed* over the positions it covers, like fairseq's own criterions; the
+criterion divides by ``sample_size`` once, in the gradient normalisation.
+All arithmetic is done in fp32 whatever the training dtype.
+"""
+import math
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def ensemble_log_probs(teacher_logits: Sequence[Tensor], temperature: float = 1.0) -> Tensor:
+    """log of the teachers' averaged probabilities at temperature τ: log (1/n) Σ_i softmax(z_i/τ)."""
+    if len(teacher_logits) == 0:
+        raise ValueError("ensemble_log_probs needs at least one teacher")
+    log_probs = [F.log_softmax(z.float() / temperature, dim=-1) for z in teacher_logits]
+    if len(log_probs) == 1:
+        return log_probs[0]
+    stacked = torch.stack(log_probs, dim=0)
+    return torch.logsumexp(stacked, dim=0) - math.log(len(log_probs))
+
+
+def word_kd_loss(
+    student_logits: Tensor,
+    teacher_log_probs: Tensor,
+    non_pad_mask: Tensor,
+    temperature: float = 1.0,
+) -> Tensor:
+    """τ² · Σ_{non-pad tokens} KL(p_teacher^τ ‖ p_student^τ).
+
+    ``student_logits``: B x T x V raw logits. ``teacher_log_probs``: B x T x V, already at
+    temperature τ (see :func:`ensemble_log_probs`). ``non_pad_mask``: B x T, True where a
+    real target token is. The τ² factor keeps gradient magnitudes comparable across τ
+    (Hinton et al., 2015).
+    """
+    student_log_probs = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    teacher_probs = teacher_log_probs.exp()
+    # p·(log p − log q), with 0·log 0 = 0 where the teacher's probability underflows
+    pointwise = torch.where(
+        teacher_probs > 0,
+        teacher_probs * (teacher_log_probs - student_log_probs),
+        torch.zeros_like(teacher_probs),
+    )
+    per_token = pointwise.sum(dim=-1)
+    per_token = per_token.masked_fill(~non_pad_mask, 0.0)
+    return per_token.sum() * (temperature**2)

@@ -1,0 +1,1 @@
+from fairseq_distill.tasks import translation_distill  # noqa: F401

@@ -1,0 +1,167 @@
+"""Frozen teacher models attached to student training.
+
+A :class:`TeacherEnsemble` is deliberately *not* an ``nn.Module``: stored on the task or
+criterion it is never registered as a submodule, so its parameters never reach the
+optimizer, the fp16 cast, the DDP wrapper, ``model.train()``/``criterion.train()`` or a
+saved checkpoint. It moves itself to the student's device and dtype on first use and
+always runs in eval mode under ``torch.no_grad()``.
+"""
+import logging
+import os
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from fairseq.data import Dictionary
+from fairseq.models import FairseqEncoderDecoderModel
+
+from fairseq_distill import compat
+from fairseq_distill.errors import DistillError
+from fairseq_distill.features import FeatureRequest, Features, run_with_features
+
+logger = logging.getLogger(__name__)
+
+# key under which the distillation task stores its dictionaries in ``task_state``
+DICTIONARIES_KEY = "fairseq_distill_dictionaries"
+
+
+def split_teacher_paths(spec: str) -> List[str]:
+    paths = [p for p in spec.split(":") if p.strip()]
+    if not paths:
+        raise DistillError(
+            f"--teacher-path '{spec}' names no checkpoint; give one path, or several separated by ':'"
+        )
+    return paths
+
+
+def dictionaries_of_checkpoint(state, path) -> Optional[Tuple[List[str], List[str]]]:
+    """The (source, target) symbol lists a checkpoint was trained with, if they can be found.
+
+    Checkpoints written by this plugin carry them in ``task_state``; for others we look
+    for ``dict.{lang}.txt`` in the data directory the checkpoint was trained on.
+    """
+    stored = (state.get("task_state") or {}).get(DICTIONARIES_KEY)
+    if stored:
+        return list(stored["source"]), list(stored["target"])
+    task_cfg = state["cfg"].get("task") if state.get("cfg") is not None else None
+    if task_cfg is None:
+        return None
+    data = str(task_cfg.get("data") or "").split(":")[0]
+    src, tgt = task_cfg.get("source_lang"), task_cfg.get("target_lang")
+    if not (data and src and tgt):
+        return None
+    files = [os.path.join(data, f"dict.{lang}.txt") for lang in (src, tgt)]
+    if not all(os.path.isfile(f) for f in files):
+        return None
+    return tuple(Dictionary.load(f).symbols for f in files)
+
+
+def check_same_dictionary(side: str, student: Dictionary, teacher_symbols: Sequence[str], path: str):
+    for index, (ours, theirs) in enumerate(zip(student.symbols, teacher_symbols)):
+        if ours != theirs:
+            raise DistillError(
+                f"teacher {path}: its {side} dictionary differs from the student's at index "
+                f"{index}: teacher has '{theirs}', student has '{ours}'. Teacher and student must "
+                f"be binarized with the same dictionaries (fairseq-preprocess --srcdict/--tgtdict)."
+            )
+    if len(student.symbols) != len(teacher_symbols):
+        raise DistillError(
+            f"teacher {path}: its {side} dictionary has {len(teacher_symbols)} symbols, the "
+            f"student's has {len(student.symbols)} (identical up to the shorter one). Teacher and "
+            f"student must be binarized with the same dictionaries."
+        )
+
+
+def check_embedding_sizes(state, task, path):
+    """Fallback when the teacher's dictionaries cannot be found: compare vocabulary sizes."""
+    weights = state["model"]
+    for side, key, dictionary in (
+        ("source", "encoder.embed_tokens.weight", task.source_dictionary),
+        ("target", "decoder.embed_tokens.weight", task.target_dictionary),
+    ):
+        if key in weights and weights[key].size(0) != len(dictionary):
+            raise DistillError(
+                f"teacher {path}: its {side} embedding has {weights[key].size(0)} rows, the "
+                f"student's {side} dictionary has {len(dictionary)} symbols; they must be the same dictionary"
+            )
+    logger.warning(
+        f"teacher {path}: its dictionaries were not found (neither in the checkpoint nor in its "
+        f"training data directory); only the vocabulary sizes could be checked"
+    )
+
+
+def load_teacher(path: str, task) -> FairseqEncoderDecoderModel:
+    """Load one frozen teacher from ``path`` for a task holding the student's dictionaries."""
+    if not os.path.isfile(path):
+        raise DistillError(f"teacher checkpoint not found: '{path}' (no such file)")
+    if not os.access(path, os.R_OK):
+        raise DistillError(f"teacher checkpoint '{path}' is not readable (permissions)")
+    try:
+        state = compat.load_checkpoint(path)
+    except Exception as e:  # a corrupt or non-checkpoint file: say which one
+        raise DistillError(f"cannot read teacher checkpoint '{path}': {type(e).__name__}: {e}") from e
+    if not isinstance(state, dict) or "model" not in state or state.get("cfg") is None:
+        raise DistillError(f"'{path}' is not a fairseq checkpoint (no 'model' weights and 'cfg')")
+
+    dictionaries = dictionaries_of_checkpoint(state, path)
+    if dictionaries is None:
+        check_embedding_sizes(state, task, path)
+    else:
+        check_same_dictionary("source", task.source_dictionary, dictionaries[0], path)
+        check_same_dictionary("target", task.target_dictionary, dictionaries[1], path)
+
+    model_cfg = state["cfg"].model
+    try:
+        model = compat.build_model(model_cfg, task)
+    except Exception as e:
+        arch = getattr(model_cfg, "_name", None) or getattr(model_cfg, "arch", None)
+        raise DistillError(f"cannot build the teacher model of '{path}' (architecture '{arch}'): {e}") from e
+    if not isinstance(model, FairseqEncoderDecoderModel):
+        raise DistillError(
+            f"teacher '{path}' is a {type(model).__name__}, not an encoder-decoder translation "
+            f"model (FairseqEncoderDecoderModel)"
+        )
+    model.load_state_dict(state["model"], strict=True, model_cfg=model_cfg)
+    model.requires_grad_(False)
+    model.eval()
+    return model
+
+
+class TeacherEnsemble:
+    """One or more frozen teachers; run them with :meth:`features`."""
+
+    def __init__(self, models: Sequence[FairseqEncoderDecoderModel], paths: Sequence[str]):
+        self.models = list(models)
+        self.paths = list(paths)
+
+    @classmethod
+    def load(cls, spec: str, task) -> "TeacherEnsemble":
+        paths = split_teacher_paths(spec)
+        models = [load_teacher(p, task) for p in paths]
+        for p, m in zip(paths, models):
+            n = sum(t.numel() for t in m.parameters())
+            logger.info(f"teacher {p}: {type(m).__name__}, {n:,} parameters, frozen")
+        return cls(models, paths)
+
+    def __len__(self):
+        return len(self.models)
+
+    def parameters(self):
+        for m in self.models:
+            yield from m.parameters()
+
+    def _follow(self, like: torch.Tensor):
+        """Put the teachers on the student's device and dtype (done once, then a no-op)."""
+        for m in self.models:
+            p = next(m.parameters())
+            if p.device != like.device or p.dtype != like.dtype:
+                m.to(device=like.device, dtype=like.dtype)
+
+    def features(self, net_input: dict, request: FeatureRequest, like: torch.Tensor) -> List[Features]:
+        """Each teacher's :class:`Features` for a batch; ``like`` is a student parameter."""
+        self._follow(like)
+        outputs = []
+        with torch.no_grad():
+            for m in self.models:
+                m.eval()  # cheap, and guards against anyone having called .train()
+                outputs.append(run_with_features(m, net_input, request))
+        return outputs

@@ -1,0 +1,36 @@
+"""fairseq_distill: knowledge distillation for fairseq Transformer translation models.
+
+Installed as an ordinary package; fairseq loads it with ``--user-dir``.
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq_distill",
+    version="0.1.0",
+    description="A fairseq plugin that distils large Transformer translation models into small ones",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.8",
+    packages=find_packages(include=["fairseq_distill", "fairseq_distill.*"]),
+    install_requires=[
+        "torch>=1.13",
+        # fairseq 0.12.2 does not import on Python >= 3.11 (mutable dataclass
+        # defaults); fairseq-fixed is fairseq main with that fixed.
+        'fairseq-fixed==0.12.3.1; python_version>="3.11"',
+        'fairseq==0.12.2; python_version<"3.11"',
+        "sacrebleu>=2.0",
+        "sentencepiece",
+        "subword-nmt",
+        "tqdm",
+        "pyyaml",
+    ],
+    extras_require={"test": ["pytest"], "plots": ["matplotlib"]},
+    entry_points={
+        "console_scripts": [
+            "fsd-prepare-corpus=fairseq_distill.cli.prepare_corpus:main",
+            "fsd-seqkd=fairseq_distill.cli.seqkd:main",
+            "fsd-evaluate=fairseq_distill.cli.evaluate:main",
+            "fsd-export-student=fairseq_distill.cli.export_student:main",
+        ]
+    },
+)

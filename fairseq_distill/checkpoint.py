@@ -1,0 +1,97 @@
+"""Decoding checkpoints: what a student becomes once distillation is over.
+
+``export_decoding_checkpoint`` turns a training checkpoint into one that stock fairseq
+loads as it is, on any torch version, without ``--user-dir``:
+
+* contents are plain containers and tensors only (the legacy ``argparse.Namespace`` of
+  the model options becomes a dict with ``_name``), so ``torch.load(weights_only=True)``
+  accepts it;
+* the task becomes fairseq's ``translation`` (teacher options dropped);
+* criterion state (distillation-only parameters such as layer projections), optimizer
+  state and training progress are dropped.
+"""
+import argparse
+import dataclasses
+import os
+from typing import Optional
+
+import torch
+from omegaconf import OmegaConf
+
+from fairseq_distill import compat
+from fairseq_distill.errors import DistillError
+
+
+def plain_model_config(model_cfg) -> dict:
+    if isinstance(model_cfg, argparse.Namespace):
+        plain = dict(vars(model_cfg))
+        plain.setdefault("_name", plain.get("arch"))
+        return plain
+    return dict(model_cfg)
+
+
+def plain_task_config(task_cfg: dict) -> dict:
+    from fairseq.tasks.translation import TranslationConfig
+
+    keep = {f.name for f in dataclasses.fields(TranslationConfig)}
+    plain = {k: v for k, v in task_cfg.items() if k in keep}
+    plain["_name"] = "translation"
+    return plain
+
+
+def count_parameters(weights: dict) -> int:
+    """Number of distinct parameters in a state dict (tied embeddings counted once)."""
+    seen, total = set(), 0
+    for tensor in weights.values():
+        if not torch.is_tensor(tensor):
+            continue
+        key = (tensor.data_ptr(), tensor.numel())
+        if key not in seen:
+            seen.add(key)
+            total += tensor.numel()
+    return total
+
+
+def export_decoding_checkpoint(src: str, dst: str, model_weights: Optional[dict] = None,
+                               model_cfg_updates: Optional[dict] = None) -> dict:
+    """Write the decoding checkpoint of ``src`` to ``dst``; returns a short summary.
+
+    ``model_weights``/``model_cfg_updates`` let callers that reshape a model (sub-network
+    export, layer extraction) reuse the same clean format.
+    """
+    if not os.path.isfile(src):
+        raise DistillError(f"checkpoint not found: '{src}'")
+    state = compat.load_checkpoint(src)
+    cfg = OmegaConf.to_container(state["cfg"], resolve=True, enum_to_str=True)
+    cfg["model"] = plain_model_config(cfg["model"])
+    if model_cfg_updates:
+        cfg["model"].update(model_cfg_updates)
+    cfg["task"] = plain_task_config(cfg["task"])
+    cfg["criterion"] = {"_name": "cross_entropy", "sentence_avg": False}
+    if cfg.get("common"):
+        cfg["common"]["user_dir"] = None
+    weights = model_weights if model_weights is not None else state["model"]
+    num_updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates", 0)
+    out = {
+        "args": None,
+        "cfg": cfg,
+        "model": weights,
+        # fairseq's loader reads the last entry of optimizer_history
+        "optimizer_history": [
+            {"criterion_name": "CrossEntropyCriterion", "optimizer_name": "none",
+             "lr_scheduler_state": {}, "num_updates": num_updates}
+        ],
+        "task_state": dict(state.get("task_state") or {}),
+        "extra_state": {},
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+    torch.save(out, dst)
+    # the point of the format: it loads with torch's restricted unpickler
+    torch.load(dst, map_location="cpu", weights_only=True)
+    return {
+        "path": dst,
+        "arch": cfg["model"].get("_name"),
+        "parameters": count_parameters(weights),
+        "num_updates": num_updates,
+        "dropped_criterion_tensors": len(state.get("criterion") or {}),
+    }

@@ -1,0 +1,124 @@
+"""Evaluate a checkpoint: fairseq-generate on a test set, detokenised output, sacreBLEU.
+
+    fsd-evaluate CHECKPOINT DATA_BIN [--subset test] [--beam 4]
+
+References are the raw test sentences kept by ``prepare_corpus`` (``DATA_BIN/raw``);
+for data prepared otherwise, the detokenised target side of the binarized test set.
+Writes ``CHECKPOINT_STEM.SUBSET.hyp.txt`` and ``CHECKPOINT_STEM.SUBSET.eval.json`` next to
+the checkpoint and prints one summary line.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+from sacrebleu.metrics import BLEU
+
+from fairseq_distill.checkpoint import count_parameters
+from fairseq_distill.cli.generation import run_generate
+from fairseq_distill.cli.prepare_corpus import load_meta
+from fairseq_distill.errors import DistillError
+
+POST_PROCESS = {"sentencepiece": "sentencepiece", "subword_nmt": "subword_nmt"}
+
+
+def read_references(data_bin, subset, meta, result):
+    if meta and subset in meta.get("raw", {}):
+        path = os.path.join(data_bin, meta["raw"][subset][meta["target_lang"]])
+        with open(path, encoding="utf-8") as f:
+            return [line.rstrip("\n") for line in f], path
+    n = len(result.references)
+    return [result.references[i] for i in range(n)], "target side of the binarized test set"
+
+
+def checkpoint_parameters(path):
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    return count_parameters(state["model"])
+
+
+def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size=128,
+             max_len_a=1.2, max_len_b=10, out_json=None, extra_args=()):
+    for path in checkpoint.split(":"):
+        if not os.path.isfile(path):
+            raise DistillError(f"checkpoint not found: '{path}'")
+    if not os.path.isdir(data_bin):
+        raise DistillError(f"data directory not found: '{data_bin}'")
+    meta = load_meta(data_bin)
+    post = POST_PROCESS.get((meta or {}).get("bpe"), "sentencepiece")
+    total = (meta or {}).get("sizes", {}).get(subset)
+    first = checkpoint.split(":")[0]
+    stem = os.path.splitext(first)[0]
+    args = [
+        "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
+        "--max-len-a", str(max_len_a), "--max-len-b", str(max_len_b),
+        "--post-process", post, *extra_args,
+    ]
+    result = run_generate(data_bin, checkpoint, subset, args, total=total,
+                          log_path=f"{stem}.{subset}.generate.log", description=f"decode {subset}")
+    n = max(len(result.references), total or 0)
+    missing = [i for i in range(n) if i not in result.detokenized]
+    if missing:
+        raise DistillError(f"fairseq-generate returned no hypothesis for {len(missing)} of {n} "
+                           f"sentences (first ids: {missing[:5]})")
+    hyps = [result.detokenized[i] for i in range(n)]
+    refs, ref_source = read_references(data_bin, subset, meta, result)
+    if len(refs) != len(hyps):
+        raise DistillError(f"{len(hyps)} hypotheses but {len(refs)} references ({ref_source})")
+    bleu = BLEU()
+    score = bleu.corpus_score(hyps, [refs])
+    hyp_path = f"{stem}.{subset}.hyp.txt"
+    with open(hyp_path, "w", encoding="utf-8") as f:
+        f.write("\n".join(hyps) + "\n")
+    record = {
+        "checkpoint": os.path.abspath(checkpoint),
+        "data": os.path.abspath(data_bin),
+        "subset": subset,
+        "bleu": round(score.score, 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "bleu_detail": str(score),
+        "references": ref_source,
+        "sentences": result.sentences,
+        "generated_tokens": result.tokens,
+        "generation_seconds": result.generation_seconds,
+        "sentences_per_second": result.sentences_per_second,
+        "tokens_per_second": result.tokens_per_second,
+        "beam": beam,
+        "lenpen": lenpen,
+        "batch_size": batch_size,
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "parameters": checkpoint_parameters(first),
+        "hypotheses": os.path.abspath(hyp_path),
+    }
+    out_json = out_json or f"{stem}.{subset}.eval.json"
+    with open(out_json, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2)
+    record["json"] = out_json
+    return record
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    p.add_argument("checkpoint", help="checkpoint (several separated by ':' decode as an ensemble)")
+    p.add_argument("data_bin", help="binarized data directory")
+    p.add_argument("--subset", default="test")
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--lenpen", type=float, default=1.0)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--max-len-a", type=float, default=1.2)
+    p.add_argument("--max-len-b", type=int, default=10)
+    p.add_argument("--out", help="JSON record path (default: next to the checkpoint)")
+    args, extra = p.parse_known_args(argv)
+    try:
+        r = evaluate(args.checkpoint, args.data_bin, args.subset, args.beam, args.lenpen,
+                     args.batch_size, args.max_len_a, args.max_len_b, args.out, extra)
+    except DistillError as e:
+        sys.exit(f"evaluate: error: {e}")
+    print(f"[evaluate] {args.checkpoint} on {args.subset}: BLEU {r['bleu']:.2f} "
+          f"({r['bleu_signature']}); {r['sentences_per_second']:.1f} sentences/s, "
+          f"{r['tokens_per_second']:.0f} tokens/s; {r['parameters']:,} parameters; {r['json']}")
+
+
+if __name__ == "__main__":
+    main()

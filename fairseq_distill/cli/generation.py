@@ -1,0 +1,105 @@
+"""Run stock ``fairseq-generate`` in a subprocess and collect its output by sentence id.
+
+Shared by evaluation and sequence-level KD data generation. The raw generate output is
+kept in a log file; the terminal shows a progress bar (sentences done / total) instead.
+"""
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import torch
+from tqdm import tqdm
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPEED_LINE = re.compile(
+    r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s "
+    r"\(([\d.]+) sentences/s, ([\d.]+) tokens/s\)"
+)
+
+
+@dataclass
+class GenerationResult:
+    hypotheses: Dict[int, str] = field(default_factory=dict)  # H-lines (model tokens, or post-processed)
+    detokenized: Dict[int, str] = field(default_factory=dict)  # D-lines
+    references: Dict[int, str] = field(default_factory=dict)  # T-lines
+    sentences: int = 0
+    tokens: int = 0
+    generation_seconds: float = 0.0
+    sentences_per_second: float = 0.0
+    tokens_per_second: float = 0.0
+    wall_seconds: float = 0.0
+
+
+def device_args() -> List[str]:
+    return [] if torch.cuda.is_available() else ["--cpu"]
+
+
+def run_generate(
+    data: str,
+    checkpoints: str,
+    subset: str,
+    args: List[str],
+    total: Optional[int] = None,
+    log_path: Optional[str] = None,
+    description: str = "generate",
+) -> GenerationResult:
+    """``fairseq-generate DATA --path CHECKPOINTS --gen-subset SUBSET ARGS`` with our plugin loaded."""
+    cmd = [
+        sys.executable, "-m", "fairseq_cli.generate", data,
+        "--path", checkpoints, "--gen-subset", subset,
+        "--user-dir", PACKAGE_DIR, "--log-format", "simple",
+        *device_args(), *args,
+    ]
+    result = GenerationResult()
+    started = time.time()
+    log = open(log_path, "w", encoding="utf-8") if log_path else None
+    bar = tqdm(total=total, desc=description, unit="sent", file=sys.stderr, mininterval=2.0,
+               disable=None if sys.stderr.isatty() else False)
+    try:
+        if log:
+            log.write(" ".join(cmd) + "\n")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, encoding="utf-8", errors="replace")
+        tail = []
+        for line in proc.stdout:
+            if log:
+                log.write(line)
+            line = line.rstrip("\n")
+            kind, _, rest = line.partition("-")
+            if kind in ("H", "D", "T") and "\t" in rest:
+                sid, _, payload = rest.partition("\t")
+                if not sid.isdigit():
+                    continue
+                if kind == "T":
+                    result.references[int(sid)] = payload
+                else:
+                    _score, _, text = payload.partition("\t")
+                    target = result.hypotheses if kind == "H" else result.detokenized
+                    target[int(sid)] = text
+                    if kind == "H":
+                        bar.update(1)
+                continue
+            speed = SPEED_LINE.search(line)
+            if speed:
+                result.sentences = int(speed.group(1).replace(",", ""))
+                result.tokens = int(speed.group(2).replace(",", ""))
+                result.generation_seconds = float(speed.group(3))
+                result.sentences_per_second = float(speed.group(4))
+                result.tokens_per_second = float(speed.group(5))
+            tail = (tail + [line])[-30:]
+        code = proc.wait()
+    finally:
+        bar.close()
+        if log:
+            log.close()
+    if code != 0:
+        raise RuntimeError(
+            f"fairseq-generate failed (exit {code}); its last lines:\n" + "\n".join(tail)
+            + (f"\nfull log: {log_path}" if log_path else "")
+        )
+    result.wall_seconds = time.time() - started
+    return result

@@ -1,0 +1,276 @@
+"""Run a recipe: a YAML file of training, seq-KD and evaluation steps, with caching.
+
+Used by the demo and the benchmarks. Each step's directory is named after a hash of
+everything that determines its result (its own settings and those of the steps it
+depends on), so a finished step is reused and an interrupted one resumes: fairseq-train
+continues from ``checkpoint_last.pt`` in the same directory.
+
+A recipe (see ``configs/*.yaml``)::
+
+    name: foundation
+    seed: 1
+    data: {corpus: multi30k, bpe: sentencepiece, vocab_size: 8000}
+    train: {optimizer: adam, lr: 0.001, ...}     # fairseq-train flags shared by all runs
+    models: {teacher: {arch: transformer, encoder-layers: 6, ...}, student: {...}}
+    eval: {beam: 4, batch-size: 128}
+    steps:
+      - {name: teacher, model: teacher, train: {max-epoch: 20}}
+      - {name: seqkd, seqkd: {teacher: teacher, beam: 4}}
+      - {name: student-wordkd, model: student, teacher: teacher, criterion: word_kd,
+         criterion-args: {kd-weight: 0.5}}
+      - {name: student-seqkd, model: student, data: seqkd}
+
+Flags are written without the leading dashes; ``true`` means a bare switch.
+"""
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Dict, List
+
+import torch
+import yaml
+
+from fairseq_distill.checkpoint import export_decoding_checkpoint
+from fairseq_distill.errors import DistillError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE_DIR = os.path.join(REPO, "fairseq_distill")
+CORPORA = {"multi30k": {"src": "de", "tgt": "en", "dir": os.path.join(REPO, "data", "multi30k"),
+                        "train": "train", "valid": "val", "test": ["test_2016_flickr"]}}
+
+
+def flags(options: Dict) -> List[str]:
+    out = []
+    for key, value in options.items():
+        if value is False or value is None:
+            continue
+        out.append(f"--{key}")
+        if value is not True:
+            out.append(str(value))
+    return out
+
+
+def digest(obj) -> str:
+    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def log(msg):
+    print(f"[recipe] {msg}", flush=True)
+
+
+class Recipe:
+    def __init__(self, path: str, workdir: str, results: str, only=None):
+        with open(path) as f:
+            self.cfg = yaml.safe_load(f)
+        self.path = path
+        self.name = self.cfg.get("name") or os.path.splitext(os.path.basename(path))[0]
+        self.workdir = os.path.abspath(workdir)
+        self.results_dir = results
+        self.only = only
+        self.done = {}  # step name -> record
+        self.keys = {}  # step name -> cache key
+        names = [s["name"] for s in self.cfg["steps"]]
+        if len(set(names)) != len(names):
+            raise DistillError(f"{path}: step names must be unique, got {names}")
+
+    # -- data ---------------------------------------------------------------------------
+
+    def prepare_data(self):
+        data = self.cfg["data"]
+        corpus = CORPORA.get(data.get("corpus"))
+        if corpus is None:
+            raise DistillError(f"unknown corpus '{data.get('corpus')}'; known: {sorted(CORPORA)}")
+        key = digest(data)
+        out = os.path.join(self.workdir, "data", f"{data['corpus']}-{key}")
+        from fairseq_distill.cli.prepare_corpus import main as prepare
+
+        j = lambda name: os.path.join(corpus["dir"], name)  # noqa: E731
+        prepare(["-s", corpus["src"], "-t", corpus["tgt"], "--train-prefix", j(corpus["train"]),
+                 "--valid-prefix", j(corpus["valid"]), "--test-prefix", *[j(t) for t in corpus["test"]],
+                 "--out", out, "--bpe", data.get("bpe", "sentencepiece"),
+                 "--vocab-size", str(data.get("vocab_size", 8000))])
+        self.data_bin = os.path.join(out, "bin")
+        self.data_key = key
+
+    # -- steps --------------------------------------------------------------------------
+
+    def step_key(self, step) -> str:
+        deps = [self.keys[step[k]] for k in ("teacher", "data") if step.get(k)]
+        if "seqkd" in step:
+            deps.append(self.keys[step["seqkd"]["teacher"]])
+        model = self.cfg.get("models", {}).get(step.get("model"), {})
+        return digest([self.data_key, self.cfg.get("seed", 1), self.cfg.get("train", {}),
+                       self.cfg.get("eval", {}), model, step, deps])
+
+    def run(self):
+        self.prepare_data()
+        for step in self.cfg["steps"]:
+            self.keys[step["name"]] = key = self.step_key(step)
+            if self.only and step["name"] not in self.only and not self.needed_by_only(step["name"]):
+                continue
+            stepdir = os.path.join(self.workdir, "runs", f"{step['name']}-{key}")
+            os.makedirs(stepdir, exist_ok=True)
+            record_path = os.path.join(stepdir, "record.json")
+            if os.path.isfile(record_path):
+                with open(record_path) as f:
+                    self.done[step["name"]] = json.load(f)
+                log(f"{step['name']}: cached ({stepdir})")
+                continue
+            log(f"{step['name']}: running in {stepdir}")
+            record = self.run_seqkd(step, stepdir) if "seqkd" in step else self.run_training(step, stepdir)
+            record.update({"name": step["name"], "key": key})
+            with open(record_path, "w") as f:
+                json.dump(record, f, indent=2)
+            self.done[step["name"]] = record
+        return self.write_results()
+
+    def needed_by_only(self, name) -> bool:
+        for step in self.cfg["steps"]:
+            if step["name"] in self.only:
+                if name in (step.get("teacher"), step.get("data"), step.get("seqkd", {}).get("teacher")):
+                    return True
+        return False
+
+    def data_of(self, step) -> str:
+        return self.done[step["data"]]["data_bin"] if step.get("data") else self.data_bin
+
+    def run_seqkd(self, step, stepdir):
+        opts = dict(step["seqkd"])
+        teacher = self.done[opts.pop("teacher")]["checkpoint"]
+        out = os.path.join(stepdir, "bin")
+        cmd = [sys.executable, "-m", "fairseq_distill.cli.seqkd", "--teacher", teacher,
+               "--data", self.data_bin, "--out", out, "--work", os.path.join(stepdir, "work"), *flags(opts)]
+        started = time.time()
+        subprocess.run(cmd, check=True)
+        with open(os.path.join(out, "seqkd_summary.json")) as f:
+            summary = json.load(f)
+        return {"kind": "seqkd", "data_bin": out, "wall_seconds": round(time.time() - started, 1), **summary}
+
+    def run_training(self, step, stepdir):
+        model = dict(self.cfg.get("models", {})[step["model"]])
+        options = {**self.cfg.get("train", {}), **model, **step.get("train", {})}
+        if step.get("teacher"):
+            options["task"] = "translation_distill"
+            options["teacher-path"] = self.done[step["teacher"]]["checkpoint"]
+        options["criterion"] = step.get("criterion", options.get("criterion", "label_smoothed_cross_entropy"))
+        options.update(step.get("criterion-args", {}))
+        options.update({"seed": self.cfg.get("seed", 1), "save-dir": os.path.join(stepdir, "checkpoints"),
+                        "user-dir": PACKAGE_DIR, "no-epoch-checkpoints": True,
+                        "log-format": options.get("log-format", "simple")})
+        if not torch.cuda.is_available():
+            options["cpu"] = True
+        cmd = [sys.executable, "-m", "fairseq_cli.train", self.data_of(step), *flags(options)]
+        timing_path = os.path.join(stepdir, "train_seconds.json")
+        spent = json.load(open(timing_path))["seconds"] if os.path.isfile(timing_path) else 0.0
+        started = time.time()
+        with open(os.path.join(stepdir, "train.log"), "a") as logf:
+            logf.write(" ".join(cmd) + "\n")
+        log(" ".join(cmd))
+        # progress goes to the terminal and, through tee-like copying, to train.log
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with open(os.path.join(stepdir, "train.log"), "a") as logf:
+            for line in proc.stdout:
+                sys.stdout.write(line)
+                logf.write(line)
+        if proc.wait() != 0:
+            raise RuntimeError(f"training step {step['name']} failed; see {stepdir}/train.log")
+        spent += time.time() - started
+        with open(timing_path, "w") as f:
+            json.dump({"seconds": spent}, f)
+
+        best = os.path.join(stepdir, "checkpoints", "checkpoint_best.pt")
+        exported = os.path.join(stepdir, "model.pt")
+        info = export_decoding_checkpoint(best, exported)
+        last = torch.load(os.path.join(stepdir, "checkpoints", "checkpoint_last.pt"),
+                          map_location="cpu", weights_only=False)
+        from fairseq_distill.cli.evaluate import evaluate
+
+        ev = self.cfg.get("eval", {})
+        result = evaluate(exported, self.data_bin, "test", beam=ev.get("beam", 4),
+                          batch_size=ev.get("batch-size", 128), lenpen=ev.get("lenpen", 1.0))
+        log(f"{step['name']}: BLEU {result['bleu']:.2f}, {result['tokens_per_second']:.0f} tokens/s")
+        return {
+            "kind": "train",
+            "checkpoint": exported,
+            "model": step["model"],
+            "shape": {k: model.get(k) for k in ("arch", "encoder-layers", "decoder-layers",
+                                                "encoder-embed-dim", "encoder-ffn-embed-dim")},
+            "criterion": options["criterion"],
+            "criterion_args": step.get("criterion-args", {}),
+            "teacher": step.get("teacher"),
+            "data": step.get("data") or "original",
+            "parameters": info["parameters"],
+            "updates": info["num_updates"],
+            "epochs": last["extra_state"]["train_iterator"]["epoch"],
+            "train_seconds": round(spent, 1),
+            "bleu": result["bleu"],
+            "bleu_signature": result["bleu_signature"],
+            "tokens_per_second": result["tokens_per_second"],
+            "sentences_per_second": result["sentences_per_second"],
+            "beam": result["beam"],
+        }
+
+    # -- results ------------------------------------------------------------------------
+
+    def write_results(self):
+        rows = [self.done[s["name"]] for s in self.cfg["steps"]
+                if s["name"] in self.done and self.done[s["name"]]["kind"] == "train"]
+        table = markdown_table(rows)
+        print("\n" + table)
+        if self.results_dir:
+            os.makedirs(self.results_dir, exist_ok=True)
+            meta = {"recipe": self.name, "config": os.path.relpath(self.path, REPO),
+                    "machine": {"cpu_threads": torch.get_num_threads(),
+                                "device": "cuda" if torch.cuda.is_available() else "cpu",
+                                "torch": torch.__version__},
+                    "rows": rows,
+                    "seqkd": [r for r in self.done.values() if r["kind"] == "seqkd"]}
+            with open(os.path.join(self.results_dir, f"{self.name}.json"), "w") as f:
+                json.dump(meta, f, indent=2)
+            with open(os.path.join(self.results_dir, f"{self.name}.md"), "w") as f:
+                f.write(f"# {self.name}\n\nConfig: `{meta['config']}`; test set: test (sacreBLEU on "
+                        f"detokenised output); beam {rows[0]['beam'] if rows else '-'}; "
+                        f"{meta['machine']['device']}, {meta['machine']['cpu_threads']} threads.\n\n")
+                f.write(table + "\n")
+        return rows
+
+
+def markdown_table(rows) -> str:
+    head = ("| run | shape (enc+dec, d, ffn) | params | KD | data | epochs | updates | train time | "
+            "BLEU | tokens/s |\n|---|---|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        s = r["shape"]
+        kd = r["criterion"] if r.get("teacher") else "none"
+        if r.get("criterion_args"):
+            kd += " (" + ", ".join(f"{k}={v}" for k, v in r["criterion_args"].items()) + ")"
+        lines.append(
+            f"| {r['name']} | {s['encoder-layers']}+{s['decoder-layers']}, {s['encoder-embed-dim']}, "
+            f"{s['encoder-ffn-embed-dim']} | {r['parameters'] / 1e6:.2f}M | {kd} | {r['data']} | "
+            f"{r['epochs']} | {r['updates']} | {r['train_seconds'] / 60:.1f} min | {r['bleu']:.2f} | "
+            f"{r['tokens_per_second']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Run a fairseq_distill recipe (demo or benchmark).")
+    p.add_argument("config", help="YAML recipe, e.g. configs/demo.yaml")
+    p.add_argument("--workdir", default=None, help="where data, checkpoints and caches go")
+    p.add_argument("--results", default=None, help="write <name>.json and <name>.md here")
+    p.add_argument("--only", nargs="*", help="run only these steps (and what they depend on)")
+    args = p.parse_args(argv)
+    recipe_name = os.path.splitext(os.path.basename(args.config))[0]
+    workdir = args.workdir or os.path.join(REPO, "work", recipe_name)
+    try:
+        Recipe(args.config, workdir, args.results, args.only).run()
+    except DistillError as e:
+        sys.exit(f"recipe: error: {e}")
+
+
+if __name__ == "__main__":
+    main()

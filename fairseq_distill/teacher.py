@@ -46,8 +46,14 @@ def dictionaries_of_checkpoint(state, path) -> Optional[Tuple[List[str], List[st
     if task_cfg is None:
         return None
     data = str(task_cfg.get("data") or "").split(":")[0]
+    if not (data and os.path.isdir(data)):
+        return None
     src, tgt = task_cfg.get("source_lang"), task_cfg.get("target_lang")
-    if not (data and src and tgt):
+    if not (src and tgt):  # fairseq infers them from the file names when not given
+        from fairseq.data import data_utils
+
+        src, tgt = data_utils.infer_language_pair(data)
+    if not (src and tgt):
         return None
     files = [os.path.join(data, f"dict.{lang}.txt") for lang in (src, tgt)]
     if not all(os.path.isfile(f) for f in files):

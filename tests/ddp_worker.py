@@ -1,0 +1,32 @@
+"""One rank of a CPU data-parallel fairseq-train run that also dumps its student weights.
+
+Only rank 0 writes checkpoints in fairseq, so to compare replicas each rank saves its
+model's state when validation starts (after the last update) to $FSD_REPLICA_DUMP/rank{R}.pt.
+Usage: python tests/ddp_worker.py <fairseq-train arguments> --task translation_distill_replica_dump
+"""
+import os
+import sys
+
+import torch
+from fairseq.tasks import register_task
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from fairseq_distill.tasks.translation_distill import (  # noqa: E402
+    TranslationDistillConfig,
+    TranslationDistillTask,
+)
+
+
+@register_task("translation_distill_replica_dump", dataclass=TranslationDistillConfig)
+class ReplicaDumpTask(TranslationDistillTask):
+    def begin_valid_epoch(self, epoch, model):
+        super().begin_valid_epoch(epoch, model)
+        rank = torch.distributed.get_rank()
+        weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        torch.save(weights, os.path.join(os.environ["FSD_REPLICA_DUMP"], f"rank{rank}.pt"))
+
+
+if __name__ == "__main__":
+    from fairseq_cli.train import cli_main
+
+    cli_main()

@@ -1,0 +1,80 @@
+"""End to end through the command-line tools, as a user runs them."""
+import json
+import os
+import re
+
+import torch
+
+from conftest import PACKAGE_DIR, fairseq_train, python_module, run
+
+STOCK_ENV_KEYS_TO_DROP = ("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+
+
+def stock_env():
+    """The environment of a user running stock fairseq: no weights_only escape hatches."""
+    return {k: v for k, v in os.environ.items() if k not in STOCK_ENV_KEYS_TO_DROP}
+
+
+def train_student(tiny_data, tiny_teacher, save_dir, *extra):
+    return fairseq_train(
+        tiny_data, save_dir, "--user-dir", PACKAGE_DIR, "--task", "translation_distill",
+        "--teacher-path", tiny_teacher, "--criterion", "word_kd", "--kd-weight", "0.5",
+        "--max-update", "4", *extra,
+    )
+
+
+def test_word_kd_training_then_stock_generate(tiny_data, tiny_teacher, tmp_path):
+    save = str(tmp_path / "student")
+    out = train_student(tiny_data, tiny_teacher, save).stdout
+    # every term is logged separately during training, plain losses in validation
+    train_lines = [l for l in out.splitlines() if "| train |" in l]
+    assert train_lines and all(k in train_lines[-1] for k in ("kd_loss", "ce_loss", "nll_loss"))
+    valid_lines = [l for l in out.splitlines() if "| valid |" in l]
+    assert valid_lines and "kd_loss" not in valid_lines[-1]
+    assert re.search(r"num_updates 4\b", train_lines[-1])
+
+    # the training checkpoint loads in fairseq-generate with the plugin (torch >= 2.6)
+    gen = run(python_module("fairseq_cli.generate", tiny_data, "--path", f"{save}/checkpoint_best.pt",
+                            "--user-dir", PACKAGE_DIR, "--cpu", "--beam", "2", "--max-len-b", "5",
+                            "--batch-size", "16"), env=stock_env())
+    assert re.search(r"Translated 40 sentences", gen.stdout)
+
+    # the exported student loads in stock fairseq-generate: no plugin, default torch.load
+    exported = str(tmp_path / "student.pt")
+    exp = run(python_module("fairseq_distill.cli.export_student", f"{save}/checkpoint_best.pt", exported))
+    assert "parameters" in exp.stdout
+    torch.load(exported, weights_only=True)  # plain containers only
+    gen = run(python_module("fairseq_cli.generate", tiny_data, "--path", exported, "--cpu", "--beam", "2",
+                            "--max-len-b", "5", "--batch-size", "16"), env=stock_env())
+    hyps = [l for l in gen.stdout.splitlines() if l.startswith("H-")]
+    assert len(hyps) == 40
+    assert "fairseq_distill" not in gen.stdout.split("Namespace(")[0]
+
+
+def test_evaluate_writes_bleu_record(tiny_data, tiny_teacher, tmp_path):
+    ckpt = str(tmp_path / "teacher.pt")
+    run(python_module("fairseq_distill.cli.export_student", tiny_teacher, ckpt))
+    out = run(python_module("fairseq_distill.cli.evaluate", ckpt, tiny_data, "--beam", "2",
+                            "--max-len-b", "5")).stdout
+    m = re.search(r"BLEU (\d+\.\d+) \(nrefs:1\|case:mixed\|eff:no\|tok:13a", out)
+    assert m, out[-2000:]
+    record = json.load(open(str(tmp_path / "teacher.test.eval.json")))
+    assert record["sentences"] == 40
+    assert abs(record["bleu"] - float(m.group(1))) < 0.01
+    assert record["tokens_per_second"] > 0 and record["parameters"] > 0
+    hyps = open(record["hypotheses"], encoding="utf-8").read().splitlines()
+    assert len(hyps) == 40
+    assert not any("▁" in h for h in hyps)  # detokenised
+    # BLEU is recomputable from the written hypotheses and the raw references
+    from sacrebleu.metrics import BLEU
+    refs = open(os.path.join(tiny_data, "raw", "test.en"), encoding="utf-8").read().splitlines()
+    assert abs(BLEU().corpus_score(hyps, [refs]).score - record["bleu"]) < 0.01
+
+
+def test_resume_continues_training(tiny_data, tiny_teacher, tmp_path):
+    save = str(tmp_path / "student")
+    train_student(tiny_data, tiny_teacher, save)
+    out = train_student(tiny_data, tiny_teacher, save, "--max-update", "6").stdout
+    assert "Loaded checkpoint" in out
+    state = torch.load(f"{save}/checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == 6

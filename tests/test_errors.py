@@ -1,0 +1,152 @@
+"""Bad input gets a clear error naming the bad value and what would be valid."""
+import argparse
+import os
+import shutil
+
+import pytest
+import torch
+
+from conftest import TINY_MODEL, python_module, run, write_slice
+from distill_setup import build
+from fairseq_distill.errors import DistillError
+from fairseq_distill.teacher import load_teacher
+
+
+@pytest.fixture(scope="module")
+def task(tiny_data):
+    return build(tiny_data, "--task", "translation_distill")[1]
+
+
+def copy_data_with_symbol_changed(tiny_data, dest, lang, index):
+    """A data directory whose `lang` dictionary has one symbol renamed."""
+    os.makedirs(dest)
+    for name in os.listdir(tiny_data):
+        if name.startswith("dict."):
+            shutil.copy(os.path.join(tiny_data, name), dest)
+    path = os.path.join(dest, f"dict.{lang}.txt")
+    lines = open(path, encoding="utf-8").read().splitlines()
+    # dict files list symbols after the 4 specials; line index - 4 holds symbol `index`
+    symbol, count = lines[index - 4].split(" ")
+    lines[index - 4] = f"{symbol}XX {count}"
+    open(path, "w", encoding="utf-8").write("\n".join(lines) + "\n")
+    return symbol
+
+
+def test_missing_teacher_checkpoint(task, tmp_path):
+    path = str(tmp_path / "nope.pt")
+    with pytest.raises(DistillError, match=f"teacher checkpoint not found: '{path}'"):
+        load_teacher(path, task)
+
+
+def test_unreadable_teacher_checkpoint(task, tmp_path):
+    path = tmp_path / "garbage.pt"
+    path.write_bytes(b"this is not a checkpoint")
+    with pytest.raises(DistillError, match="cannot read teacher checkpoint .*garbage.pt"):
+        load_teacher(str(path), task)
+
+
+@pytest.mark.parametrize("lang,side", [("de", "source"), ("en", "target")])
+def test_teacher_dictionary_differs(tiny_data, tiny_teacher, tmp_path, lang, side):
+    data = str(tmp_path / "data")
+    symbol = copy_data_with_symbol_changed(tiny_data, data, lang, index=10)
+    # separate embeddings: the two dictionaries now differ, so they cannot be shared
+    unshared = [f for f in TINY_MODEL if f != "--share-all-embeddings"]
+    _, other_task, _ = build(data, "--task", "translation_distill", "--source-lang", "de",
+                             "--target-lang", "en", model=unshared)
+    with pytest.raises(DistillError) as e:
+        load_teacher(tiny_teacher, other_task)
+    msg = str(e.value)
+    assert f"its {side} dictionary differs from the student's at index 10" in msg
+    assert f"teacher has '{symbol}', student has '{symbol}XX'" in msg
+
+
+def test_teacher_that_is_not_encoder_decoder(task, tiny_teacher, tmp_path):
+    from fairseq.models.transformer_lm import base_lm_architecture
+
+    state = torch.load(tiny_teacher, map_location="cpu", weights_only=False)
+    lm = argparse.Namespace(arch="transformer_lm", _name="transformer_lm", decoder_layers=1,
+                            decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_attention_heads=2,
+                            max_target_positions=64, tokens_per_sample=64)
+    base_lm_architecture(lm)
+    state["cfg"]["model"] = lm
+    path = str(tmp_path / "lm.pt")
+    torch.save(state, path)
+    with pytest.raises(DistillError, match="is a TransformerLanguageModel, not an encoder-decoder translation model"):
+        load_teacher(path, task)
+
+
+def test_word_kd_needs_the_distillation_task(tiny_data):
+    cfg, task, _ = build(tiny_data, "--task", "translation")
+    with pytest.raises(DistillError, match="needs --task translation_distill .*got task TranslationTask"):
+        task.build_criterion(cfg.criterion)
+
+
+def test_word_kd_needs_a_teacher_path(tiny_data):
+    cfg, task, _ = build(tiny_data, "--task", "translation_distill")
+    with pytest.raises(DistillError, match="pass --teacher-path"):
+        task.build_criterion(cfg.criterion)
+
+
+def test_kd_weight_out_of_range(tiny_data, tiny_teacher):
+    cfg, task, _ = build(tiny_data, "--task", "translation_distill", "--teacher-path", tiny_teacher,
+                         "--kd-weight", "1.5")
+    with pytest.raises(DistillError, match="--kd-weight must be between 0 and 1, got 1.5"):
+        task.build_criterion(cfg.criterion)
+
+
+def test_fairseq_train_reports_missing_teacher(tiny_data, tmp_path):
+    from conftest import PACKAGE_DIR, fairseq_train
+
+    with pytest.raises(AssertionError) as e:
+        fairseq_train(tiny_data, str(tmp_path / "s"), "--user-dir", PACKAGE_DIR, "--task",
+                      "translation_distill", "--teacher-path", "/no/such/teacher.pt",
+                      "--criterion", "word_kd", "--max-update", "1")
+    assert "teacher checkpoint not found: '/no/such/teacher.pt'" in str(e.value)
+
+
+# -- corpus preparation --------------------------------------------------------------------
+
+def prepare(tmp_path, raw):
+    return run(python_module("fairseq_distill.cli.prepare_corpus", "-s", "de", "-t", "en",
+                             "--train-prefix", str(raw / "train"), "--valid-prefix", str(raw / "valid"),
+                             "--test-prefix", str(raw / "test"), "--out", str(tmp_path / "out"),
+                             "--vocab-size", "100"), check=False)
+
+
+@pytest.fixture
+def raw(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_slice(raw, "train", "train", 100)
+    write_slice(raw, "valid", "val", 10)
+    write_slice(raw, "test", "test_2016_flickr", 10)
+    return raw
+
+
+def test_misaligned_corpus(tmp_path, raw):
+    with open(raw / "train.en", "a") as f:
+        f.write("one line too many\n")
+    proc = prepare(tmp_path, raw)
+    assert proc.returncode != 0
+    assert "misaligned train files" in proc.stdout and "has 100 lines but" in proc.stdout and "has 101" in proc.stdout
+
+
+def test_empty_corpus(tmp_path, raw):
+    for lang in ("de", "en"):
+        open(raw / f"valid.{lang}", "w").close()
+    proc = prepare(tmp_path, raw)
+    assert proc.returncode != 0 and "empty corpus" in proc.stdout and "valid.de" in proc.stdout
+
+
+def test_blank_line_in_corpus(tmp_path, raw):
+    lines = open(raw / "test.de").read().splitlines()
+    lines[4] = "  "
+    open(raw / "test.de", "w").write("\n".join(lines) + "\n")
+    proc = prepare(tmp_path, raw)
+    assert proc.returncode != 0 and "1 blank line(s) (first at line 5)" in proc.stdout
+
+
+def test_missing_corpus_file(tmp_path, raw):
+    os.remove(raw / "valid.en")
+    proc = prepare(tmp_path, raw)
+    assert proc.returncode != 0 and "no file for language 'en' with prefix" in proc.stdout

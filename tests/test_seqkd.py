@@ -1,0 +1,106 @@
+"""Sequence-level KD data: corpus order, verified counts, missing hypotheses caught."""
+import json
+import os
+import random
+
+import pytest
+
+from conftest import python_module, run
+from fairseq_distill.cli.seqkd import load_side
+
+N_TRAIN = 400
+
+
+def write_shards(work, hyps, num_shards=2, drop=()):
+    """Shard files as fsd-seqkd writes them, ids deliberately out of order."""
+    os.makedirs(work, exist_ok=True)
+    for shard in range(num_shards):
+        ids = [i for i in range(len(hyps)) if i % num_shards == shard and i not in drop]
+        random.Random(shard).shuffle(ids)
+        with open(os.path.join(work, f"shard{shard}-of-{num_shards}.jsonl"), "w", encoding="utf-8") as f:
+            for i in ids:
+                f.write(json.dumps({"id": i, "hyp": hyps[i]}, ensure_ascii=False) + "\n")
+
+
+def merge(tiny_data, work, out, *extra, check=True):
+    return run(python_module("fairseq_distill.cli.seqkd", "--data", tiny_data, "--work", work,
+                             "--out", out, "--merge", "--num-shards", "2", *extra), check=check)
+
+
+@pytest.fixture(scope="module")
+def corpus(tiny_data):
+    src = load_side(tiny_data, "train", "de", "en", "de")
+    ref = load_side(tiny_data, "train", "de", "en", "en")
+    # a recognisable "teacher output" per sentence: the reference reversed
+    hyps = [" ".join(reversed(r.split())) for r in ref]
+    return src, ref, hyps
+
+
+def test_merge_restores_corpus_order(tiny_data, corpus, tmp_path):
+    src, _, hyps = corpus
+    work, out = str(tmp_path / "work"), str(tmp_path / "out")
+    write_shards(work, hyps)
+    merge(tiny_data, work, out)
+    assert load_side(out, "train", "de", "en", "en") == hyps
+    assert load_side(out, "train", "de", "en", "de") == src
+    summary = json.load(open(os.path.join(out, "seqkd_summary.json")))
+    assert summary["sentences"] == summary["kept"] == N_TRAIN
+    assert summary["missing_or_empty"] == 0
+    # valid and test sets are kept as they were
+    for name in ("valid.de-en.en.bin", "test.de-en.de.idx", "fairseq_distill.json"):
+        assert os.path.isfile(os.path.join(out, name))
+    assert load_side(out, "valid", "de", "en", "en") == load_side(tiny_data, "valid", "de", "en", "en")
+
+
+def test_dropped_hypothesis_is_caught(tiny_data, corpus, tmp_path):
+    _, ref, hyps = corpus
+    work, out = str(tmp_path / "work"), str(tmp_path / "out")
+    write_shards(work, hyps, drop={7})
+    proc = merge(tiny_data, work, out, check=False)
+    assert proc.returncode != 0
+    assert "1 of 400 training sentences have no (or an empty) teacher hypothesis (first ids: [7])" in proc.stdout
+    assert not os.path.exists(os.path.join(out, "train.de-en.en.bin"))
+
+    # the user may choose to keep the reference instead, and is told
+    proc = merge(tiny_data, work, out, "--on-missing", "reference")
+    targets = load_side(out, "train", "de", "en", "en")
+    assert targets[7] == ref[7] and targets[6] == hyps[6] and targets[8] == hyps[8]
+    assert "replaced_by_reference 1" in proc.stdout
+
+
+def test_missing_shard_is_named(tiny_data, corpus, tmp_path):
+    work = str(tmp_path / "work")
+    write_shards(work, corpus[2])
+    os.remove(os.path.join(work, "shard1-of-2.jsonl"))
+    proc = merge(tiny_data, work, str(tmp_path / "out"), check=False)
+    assert proc.returncode != 0 and "shard 1 of 2 is missing" in proc.stdout
+
+
+def test_length_ratio_filter_is_reported(tiny_data, corpus, tmp_path):
+    src, ref, hyps = corpus
+    hyps = list(hyps)
+    hyps[3] = " ".join(hyps[3].split() * 10)  # far too long for its source
+    work, out = str(tmp_path / "work"), str(tmp_path / "out")
+    write_shards(work, hyps)
+    proc = merge(tiny_data, work, out, "--max-len-ratio", "3")
+    summary = json.load(open(os.path.join(out, "seqkd_summary.json")))
+    assert summary["filtered_by_length_ratio"] >= 1
+    assert summary["kept"] == N_TRAIN - summary["filtered_by_length_ratio"]
+    targets = load_side(out, "train", "de", "en", "en")
+    assert len(targets) == summary["kept"] and hyps[3] not in targets
+    assert "filtered_by_length_ratio" in proc.stdout
+
+
+def test_teacher_generation_in_two_shards(tiny_data, tiny_teacher, tmp_path):
+    out = str(tmp_path / "out")
+    proc = run(python_module("fairseq_distill.cli.seqkd", "--teacher", tiny_teacher, "--data", tiny_data,
+                             "--out", out, "--num-shards", "2", "--beam", "1", "--max-len-b", "8",
+                             "--on-missing", "reference"))
+    summary = json.load(open(os.path.join(out, "seqkd_summary.json")))
+    assert summary["sentences"] == N_TRAIN and summary["kept"] == N_TRAIN
+    shard_ids = []
+    for shard in range(2):
+        with open(os.path.join(out + ".work", f"shard{shard}-of-2.jsonl")) as f:
+            shard_ids += [json.loads(line)["id"] for line in f]
+    assert sorted(shard_ids) == list(range(N_TRAIN))  # every sentence decoded exactly once
+    assert "sentences_per_second" in proc.stdout

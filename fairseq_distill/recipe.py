@@ -80,18 +80,29 @@ class Recipe:
     # -- data ---------------------------------------------------------------------------
 
     def prepare_data(self):
+        """``data: {corpus: multi30k, ...}`` or, for any corpus of raw aligned text,
+        ``data: {source: de, target: en, train: PREFIX, valid: PREFIX, test: [PREFIX, ...]}``."""
         data = self.cfg["data"]
-        corpus = CORPORA.get(data.get("corpus"))
-        if corpus is None:
-            raise DistillError(f"unknown corpus '{data.get('corpus')}'; known: {sorted(CORPORA)}")
+        if "corpus" in data:
+            corpus = CORPORA.get(data["corpus"])
+            if corpus is None:
+                raise DistillError(f"unknown corpus '{data['corpus']}'; known: {sorted(CORPORA)}, "
+                                   f"or give source/target/train/valid/test prefixes")
+            j = lambda name: os.path.join(corpus["dir"], name)  # noqa: E731
+            src, tgt = corpus["src"], corpus["tgt"]
+            train, valid, tests = j(corpus["train"]), j(corpus["valid"]), [j(t) for t in corpus["test"]]
+        else:
+            missing = [k for k in ("source", "target", "train", "valid", "test") if k not in data]
+            if missing:
+                raise DistillError(f"{self.path}: data needs {missing} (or corpus: multi30k)")
+            src, tgt, train, valid = data["source"], data["target"], data["train"], data["valid"]
+            tests = data["test"] if isinstance(data["test"], list) else [data["test"]]
         key = digest(data)
-        out = os.path.join(self.workdir, "data", f"{data['corpus']}-{key}")
+        out = os.path.join(self.workdir, "data", f"{data.get('corpus', 'corpus')}-{key}")
         from fairseq_distill.cli.prepare_corpus import main as prepare
 
-        j = lambda name: os.path.join(corpus["dir"], name)  # noqa: E731
-        prepare(["-s", corpus["src"], "-t", corpus["tgt"], "--train-prefix", j(corpus["train"]),
-                 "--valid-prefix", j(corpus["valid"]), "--test-prefix", *[j(t) for t in corpus["test"]],
-                 "--out", out, "--bpe", data.get("bpe", "sentencepiece"),
+        prepare(["-s", src, "-t", tgt, "--train-prefix", train, "--valid-prefix", valid,
+                 "--test-prefix", *tests, "--out", out, "--bpe", data.get("bpe", "sentencepiece"),
                  "--vocab-size", str(data.get("vocab_size", 8000))])
         self.data_bin = os.path.join(out, "bin")
         self.data_key = key

@@ -78,3 +78,25 @@ def test_resume_continues_training(tiny_data, tiny_teacher, tmp_path):
     assert "Loaded checkpoint" in out
     state = torch.load(f"{save}/checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == 6
+
+
+def test_subword_nmt_preparation_is_lossless(tmp_path):
+    from conftest import write_slice
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_slice(raw, "train", "train", 200)
+    write_slice(raw, "valid", "val", 10)
+    write_slice(raw, "test", "test_2016_flickr", 10)
+    out = tmp_path / "prep"
+    run(python_module("fairseq_distill.cli.prepare_corpus", "-s", "de", "-t", "en", "--bpe", "subword_nmt",
+                      "--vocab-size", "300", "--train-prefix", str(raw / "train"), "--valid-prefix",
+                      str(raw / "valid"), "--test-prefix", str(raw / "test"), "--out", str(out)))
+    tok = open(out / "tok" / "test.en", encoding="utf-8").read().splitlines()
+    ref = open(raw / "test.en", encoding="utf-8").read().splitlines()
+    assert any("@@ " in line for line in tok)
+    # removing the BPE markers (what --post-process subword_nmt does) gives the raw text back
+    assert [(line + " ").replace("@@ ", "").rstrip() for line in tok] == [" ".join(r.split()) for r in ref]
+    meta = json.load(open(out / "bin" / "fairseq_distill.json"))
+    assert meta["bpe"] == "subword_nmt" and os.path.isfile(out / "bin" / "bpe.codes")
+    assert meta["sizes"] == {"train": 200, "valid": 10, "test": 10}

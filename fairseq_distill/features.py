@@ -98,3 +98,15 @@ def run_with_features(model: nn.Module, net_input: dict, request: FeatureRequest
     if request.decoder_states:
         features.decoder_states = list(net_output[1].get("inner_states") or [])
     return features
+
+
+def stack_shape(model: nn.Module) -> dict:
+    """``{"encoder": (layers, width), "decoder": (layers, width)}`` of a fairseq Transformer."""
+    inner = unwrap_model(model)
+    shape = {}
+    for side in ("encoder", "decoder"):
+        layers = getattr(getattr(inner, side), "layers", None)
+        if layers is None or len(layers) == 0:
+            raise ValueError(f"{type(inner).__name__} has no {side} layers to distil")
+        shape[side] = (len(layers), layers[0].embed_dim)
+    return shape

@@ -47,3 +47,42 @@ def word_kd_loss(
     per_token = pointwise.sum(dim=-1)
     per_token = per_token.masked_fill(~non_pad_mask, 0.0)
     return per_token.sum() * (temperature**2)
+
+
+def masked_mse(student: Tensor, teacher: Tensor, mask: Tensor, normalize: str = "none") -> Tensor:
+    """Σ_{real positions} mean_d (s − t)², states L x B x C (fairseq's layout), mask B x L.
+
+    ``normalize="l2"`` first scales every vector to unit length (as PKD does).
+    """
+    s, t = student.float(), teacher.float()
+    if normalize == "l2":
+        s, t = F.normalize(s, dim=-1), F.normalize(t, dim=-1)
+    per_position = (s - t).pow(2).mean(dim=-1)  # L x B
+    return per_position.masked_fill(~mask.t(), 0.0).sum()
+
+
+def mean_pool(states: Tensor, mask: Tensor) -> Tensor:
+    """Average of the real positions: L x B x C, mask B x L -> 1 x B x C."""
+    weights = mask.t().unsqueeze(-1).to(states.dtype)  # L x B x 1
+    return ((states * weights).sum(0) / weights.sum(0).clamp(min=1)).unsqueeze(0)
+
+
+def alp_attention(student: Tensor, teachers: Tensor, score: str = "dot") -> Tensor:
+    """ALP-KD weights over teacher layers, per position: softmax_k score(h_s, h_t^k).
+
+    ``student``: L x B x C; ``teachers``: K x L x B x C (projected to the student width).
+    Returns K x L x B. Scores in fp32: ``dot`` (the paper), ``scaled_dot`` (/√C), ``cosine``.
+    """
+    s, t = student.float().unsqueeze(0), teachers.float()
+    if score == "cosine":
+        scores = F.cosine_similarity(s, t, dim=-1)
+    else:
+        scores = (s * t).sum(-1)
+        if score == "scaled_dot":
+            scores = scores / math.sqrt(s.size(-1))
+    return torch.softmax(scores, dim=0)
+
+
+def alp_fuse(teachers: Tensor, alpha: Tensor) -> Tensor:
+    """C = Σ_k α_k h_t^k: teachers K x L x B x C, alpha K x L x B -> L x B x C."""
+    return (alpha.unsqueeze(-1) * teachers.float()).sum(0)

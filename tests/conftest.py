@@ -73,3 +73,21 @@ def tiny_teacher(tiny_data, tmp_path_factory):
     save = tmp_path_factory.mktemp("teacher")
     fairseq_train(tiny_data, str(save), "--max-update", "30", "--criterion", "label_smoothed_cross_entropy")
     return str(save / "checkpoint_last.pt")
+
+
+# a 3+2-layer, 24-wide teacher for layer KD (the tiny student is 1+1, 16 wide)
+DEEP_TEACHER = [
+    "--arch", "transformer", "--share-all-embeddings",
+    "--encoder-layers", "3", "--decoder-layers", "2",
+    "--encoder-embed-dim", "24", "--decoder-embed-dim", "24",
+    "--encoder-ffn-embed-dim", "48", "--decoder-ffn-embed-dim", "48",
+    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+]
+
+
+@pytest.fixture(scope="session")
+def deep_teacher(tiny_data, tmp_path_factory):
+    save = tmp_path_factory.mktemp("deep_teacher")
+    run(python_module("fairseq_cli.train", tiny_data, *TRAIN_FLAGS, *DEEP_TEACHER, "--save-dir", str(save),
+                      "--max-update", "20", "--criterion", "label_smoothed_cross_entropy"))
+    return str(save / "checkpoint_last.pt")

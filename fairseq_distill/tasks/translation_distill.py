@@ -11,6 +11,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from fairseq_distill.errors import DistillError
+from fairseq_distill.features import stack_shape
 from fairseq_distill.teacher import DICTIONARIES_KEY, TeacherEnsemble
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,16 @@ class TranslationDistillTask(TranslationTask):
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         self.teacher: Optional[TeacherEnsemble] = None
+        # (layers, width) per side of the student, for criterions that size projections
+        self.student_shape: Optional[dict] = None
+
+    def build_model(self, cfg, *args, **kwargs):
+        model = super().build_model(cfg, *args, **kwargs)
+        try:
+            self.student_shape = stack_shape(model)
+        except (AttributeError, ValueError):
+            self.student_shape = None  # not a layered Transformer: layer KD will say so
+        return model
 
     def build_criterion(self, cfg, *args, **kwargs):
         criterion = super().build_criterion(cfg, *args, **kwargs)

@@ -1,7 +1,7 @@
 """One rank of a CPU data-parallel fairseq-train run that also dumps its student weights.
 
 Only rank 0 writes checkpoints in fairseq, so to compare replicas each rank saves its
-model's state when validation starts (after the last update) to $FSD_REPLICA_DUMP/rank{R}.pt.
+model's (and criterion's) state when validation starts (after the last update) to $FSD_REPLICA_DUMP/rank{R}.pt.
 Usage: python tests/ddp_worker.py <fairseq-train arguments> --task translation_distill_replica_dump
 """
 import os
@@ -19,10 +19,17 @@ from fairseq_distill.tasks.translation_distill import (  # noqa: E402
 
 @register_task("translation_distill_replica_dump", dataclass=TranslationDistillConfig)
 class ReplicaDumpTask(TranslationDistillTask):
+    def build_criterion(self, cfg, *args, **kwargs):
+        self.dumped_criterion = super().build_criterion(cfg, *args, **kwargs)
+        return self.dumped_criterion
+
     def begin_valid_epoch(self, epoch, model):
         super().begin_valid_epoch(epoch, model)
         rank = torch.distributed.get_rank()
         weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        # distillation-only parameters (layer projections, alignment modules) must agree too
+        for k, v in self.dumped_criterion.state_dict().items():
+            weights[f"criterion.{k}"] = v.detach().clone()
         torch.save(weights, os.path.join(os.environ["FSD_REPLICA_DUMP"], f"rank{rank}.pt"))
 
 

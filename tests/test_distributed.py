@@ -59,3 +59,17 @@ def test_word_kd_data_parallel_replicas_identical(tiny_data, tiny_teacher, tmp_p
     assert_identical_replicas(out, weights)
     assert "kd_loss" in out
     assert re.search(r"num_updates 4\b", out)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("criterion,extra", [
+    ("pkd", []), ("ckd", ["--ckd-combination", "oc"]), ("alp_kd", ["--alp-score", "scaled_dot"]),
+])
+def test_layer_kd_data_parallel_replicas_identical(tiny_data, deep_teacher, tmp_path, criterion, extra):
+    out, weights = run_two_ranks(tiny_data, str(tmp_path), [
+        "--teacher-path", deep_teacher, "--criterion", criterion, *extra])
+    assert_identical_replicas(out, weights)
+    assert "layer_loss" in out
+    assert any(k.startswith("criterion.fusers.") for k in weights[0])  # the projections were compared

@@ -1,0 +1,55 @@
+"""Layer-KD criterions through fairseq-train: projections resume exactly, students stay clean."""
+import re
+
+import pytest
+import torch
+
+from conftest import PACKAGE_DIR, fairseq_train, python_module, run
+from distill_setup import build_trainer
+from test_cli import stock_env
+
+
+def train(tiny_data, teacher, save, criterion, *extra, updates=3):
+    return fairseq_train(tiny_data, save, "--user-dir", PACKAGE_DIR, "--task", "translation_distill",
+                         "--teacher-path", teacher, "--criterion", criterion,
+                         "--max-update", str(updates), *extra).stdout
+
+
+@pytest.mark.parametrize("criterion,extra", [
+    ("pkd", []), ("ckd", ["--ckd-combination", "sc"]), ("alp_kd", ["--alp-granularity", "sentence"]),
+])
+def test_train_resume_export_generate(tiny_data, deep_teacher, tmp_path, criterion, extra):
+    save = str(tmp_path / "ckpt")
+    out = train(tiny_data, deep_teacher, save, criterion, *extra)
+    train_line = [l for l in out.splitlines() if "| train |" in l][-1]
+    for key in ("layer_loss", "kd_loss", "ce_loss"):
+        assert re.search(rf"{key} \d", train_line), train_line
+    assert "layer map (3 teacher -> 1 student layers" in out  # the resolved map is printed
+
+    saved = torch.load(f"{save}/checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert saved["criterion"] and all(k.startswith("fusers.") for k in saved["criterion"])
+
+    # fairseq's resume path restores the projections exactly (not a fresh initialisation)
+    _, _, _, crit, trainer = build_trainer(
+        tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher, *extra,
+        "--save-dir", save, criterion=criterion)
+    fresh = {k: v.clone() for k, v in crit.state_dict().items()}
+    trainer.load_checkpoint(f"{save}/checkpoint_last.pt")
+    restored = crit.state_dict()
+    for key, value in saved["criterion"].items():
+        assert torch.equal(restored[key], value), key
+    assert any(not torch.equal(fresh[k], saved["criterion"][k]) for k in fresh)
+
+    # and a resumed CLI run continues with them
+    out = train(tiny_data, deep_teacher, save, criterion, *extra, updates=5)
+    assert "Loaded checkpoint" in out and re.search(r"num_updates 5\b", out)
+
+    # the decoding checkpoint has no distillation-only parameters and loads in stock fairseq
+    exported = str(tmp_path / "student.pt")
+    msg = run(python_module("fairseq_distill.cli.export_student", f"{save}/checkpoint_best.pt", exported)).stdout
+    assert re.search(r"dropped [1-9]\d* criterion tensors", msg)
+    state = torch.load(exported, weights_only=True)
+    assert "criterion" not in state and not any("fuser" in k for k in state["model"])
+    gen = run(python_module("fairseq_cli.generate", tiny_data, "--path", exported, "--cpu", "--beam", "1",
+                            "--max-len-b", "5", "--batch-size", "16"), env=stock_env())
+    assert "Translated 40 sentences" in gen.stdout

@@ -24,7 +24,7 @@ setup(
         "tqdm",
         "pyyaml",
     ],
-    extras_require={"test": ["pytest"], "plots": ["matplotlib"]},
+    extras_require={"test": ["pytest", "matplotlib"], "plots": ["matplotlib"]},
     entry_points={
         "console_scripts": [
             "fsd-prepare-corpus=fairseq_distill.cli.prepare_corpus:main",

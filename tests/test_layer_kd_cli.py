@@ -53,3 +53,25 @@ def test_train_resume_export_generate(tiny_data, deep_teacher, tmp_path, criteri
     gen = run(python_module("fairseq_cli.generate", tiny_data, "--path", exported, "--cpu", "--beam", "1",
                             "--max-len-b", "5", "--batch-size", "16"), env=stock_env())
     assert "Translated 40 sentences" in gen.stdout
+
+
+def test_alp_heatmap_export(tiny_data, deep_teacher, tmp_path):
+    import json
+
+    save = str(tmp_path / "ckpt")
+    train(tiny_data, deep_teacher, save, "alp_kd", "--alp-score", "cosine", "--kd-side", "both")
+    png = str(tmp_path / "alp.png")
+    out = run(python_module("fairseq_distill.cli.alp_heatmap", f"{save}/checkpoint_last.pt", "--out", png)).stdout
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    matrices = json.load(open(str(tmp_path / "alp.json")))
+    assert set(matrices) == {"encoder", "decoder"}
+    enc = matrices["encoder"]
+    assert [r["student_layer"] for r in enc] == [1] and len(enc[0]["weights"]) == 4  # layer 0 + 3 teacher layers
+    assert sum(enc[0]["weights"]) == pytest.approx(1.0, abs=1e-3)  # averaged attention sums to one
+    assert len(matrices["decoder"][0]["weights"]) == 3
+    assert "encoder student layer 1:" in out
+
+    exported = str(tmp_path / "student.pt")
+    run(python_module("fairseq_distill.cli.export_student", f"{save}/checkpoint_last.pt", exported))
+    proc = run(python_module("fairseq_distill.cli.alp_heatmap", exported, "--out", png), check=False)
+    assert proc.returncode != 0 and "has no criterion state" in proc.stdout

@@ -1,0 +1,139 @@
+"""Heat map of ALP-KD's learned attention over teacher layers (like Passban et al., Fig. 3).
+
+    python -m fairseq_distill.cli.alp_heatmap checkpoints/checkpoint_last.pt --out alp.png
+
+Loads a *training* checkpoint of an ``alp_kd`` run (student, criterion state and the
+stored teacher path), runs student and teacher over a data set, and averages the
+attention weights α over all non-padding positions (or sentences). Writes a PNG (student
+layer × teacher layer, one panel per side) and the matrix as JSON next to it.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+from fairseq_distill import compat
+from fairseq_distill.errors import DistillError
+from fairseq_distill.features import run_with_features
+
+
+def average_alp_weights(checkpoint, data=None, subset="valid", teacher_path=None, max_tokens=4000):
+    from fairseq import tasks
+    from omegaconf import open_dict
+
+    if not os.path.isfile(checkpoint):
+        raise DistillError(f"checkpoint not found: '{checkpoint}'")
+    state = compat.load_checkpoint(checkpoint)
+    cfg = state["cfg"]
+    if not state.get("criterion"):
+        raise DistillError(f"{checkpoint} has no criterion state; use a training checkpoint "
+                           f"(checkpoint_last.pt / checkpoint_best.pt), not an exported student")
+    if cfg.criterion._name != "alp_kd":
+        raise DistillError(f"{checkpoint} was trained with criterion '{cfg.criterion._name}', not alp_kd")
+    with open_dict(cfg):
+        if data:
+            cfg.task.data = data
+        if teacher_path:
+            cfg.task.teacher_path = teacher_path
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    model.load_state_dict(state["model"], strict=True)
+    criterion = task.build_criterion(cfg.criterion)
+    criterion.load_state_dict(state["criterion"], strict=True)
+    model.eval()
+    criterion.eval()
+
+    task.load_dataset(subset)
+    itr = task.get_batch_iterator(task.dataset(subset), max_tokens=max_tokens).next_epoch_itr(shuffle=False)
+    teacher = task.load_teacher()
+    request = criterion.feature_request()
+    sums = {side: {} for side in criterion.sides}  # side -> pair index -> K sums
+    counts = {side: {} for side in criterion.sides}
+    with torch.no_grad():
+        for sample in itr:
+            student = run_with_features(model, sample["net_input"], request)
+            t = teacher.features(sample["net_input"], request, next(model.parameters()))[0]
+            for side in criterion.sides:
+                mask = criterion.side_mask(side, student, sample)
+                criterion.side_loss(side, student, t, sample)  # fills fuser.last_alpha
+                fuser = criterion.fusers[side]
+                for i, alpha in fuser.last_alpha.items():  # K x L x B
+                    # average over real positions (token) or over sentences
+                    if fuser.granularity == "sentence":
+                        weights = mask.new_ones(1, mask.size(0))
+                    else:
+                        weights = mask.t()
+                    weights = weights.to(alpha.dtype)
+                    sums[side][i] = sums[side].get(i, 0) + (alpha * weights).sum(dim=(1, 2))
+                    counts[side][i] = counts[side].get(i, 0) + weights.sum()
+
+    teacher_layers = {side: len(getattr(teacher.models[0], side).layers) for side in criterion.sides}
+    matrices = {}
+    for side in criterion.sides:
+        rows = []
+        for i, (j, group) in enumerate(criterion.pairs[side]):
+            row = [0.0] * (teacher_layers[side] + 1)
+            mean = (sums[side][i] / counts[side][i]).tolist()
+            for k, layer in enumerate(group):
+                row[layer] = round(mean[k], 4)
+            rows.append({"student_layer": j, "weights": row})
+        matrices[side] = rows
+    return matrices
+
+
+def plot(matrices, out_png):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise DistillError("the heat map needs matplotlib: pip install matplotlib")
+    sides = list(matrices)
+    fig, axes = plt.subplots(1, len(sides), figsize=(6 * len(sides), 3), squeeze=False)
+    for ax, side in zip(axes[0], sides):
+        rows = matrices[side]
+        start = 0 if any(r["weights"][0] for r in rows) else 1  # show layer 0 only when used
+        grid = [r["weights"][start:] for r in rows]
+        image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+        ax.set_xticks(range(len(grid[0])))
+        ax.set_xticklabels([str(k) for k in range(start, start + len(grid[0]))])
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([str(r["student_layer"]) for r in rows])
+        ax.set_xlabel("teacher layer")
+        ax.set_ylabel("student layer")
+        ax.set_title(f"ALP-KD attention ({side})")
+        for y, row in enumerate(grid):
+            for x, v in enumerate(row):
+                ax.text(x, y, f"{v:.2f}", ha="center", va="center", color="w" if v < 0.6 else "k", fontsize=8)
+        fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=120)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    p.add_argument("checkpoint", help="training checkpoint of an alp_kd run")
+    p.add_argument("--out", required=True, help="PNG path (the matrix goes to the same name .json)")
+    p.add_argument("--data", help="data directory (default: the one stored in the checkpoint)")
+    p.add_argument("--subset", default="valid")
+    p.add_argument("--teacher-path", help="teacher (default: the one stored in the checkpoint)")
+    args = p.parse_args(argv)
+    try:
+        matrices = average_alp_weights(args.checkpoint, args.data, args.subset, args.teacher_path)
+        plot(matrices, args.out)
+    except DistillError as e:
+        sys.exit(f"alp_heatmap: error: {e}")
+    with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
+        json.dump(matrices, f, indent=2)
+    for side, rows in matrices.items():
+        for r in rows:
+            print(f"[alp] {side} student layer {r['student_layer']}: " +
+                  " ".join(f"{w:.2f}" for w in r["weights"][1:]))
+    print(f"[alp] wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

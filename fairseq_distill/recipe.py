@@ -43,6 +43,19 @@ CORPORA = {"multi30k": {"src": "de", "tgt": "en", "dir": os.path.join(REPO, "dat
                         "train": "train", "valid": "val", "test": ["test_2016_flickr"]}}
 
 
+def load_recipe(path: str) -> dict:
+    """A recipe, with ``extends: other.yaml`` resolved: everything but ``name`` is inherited
+    and the base's steps run first (finished ones come from the cache)."""
+    with open(path) as f:
+        cfg = yaml.safe_load(f)
+    if "extends" in cfg:
+        base_path = os.path.join(os.path.dirname(path), cfg.pop("extends"))
+        base = load_recipe(base_path)
+        steps = base.get("steps", []) + cfg.pop("steps", [])
+        cfg = {**base, **cfg, "steps": steps}
+    return cfg
+
+
 def flags(options: Dict) -> List[str]:
     out = []
     for key, value in options.items():
@@ -64,8 +77,7 @@ def log(msg):
 
 class Recipe:
     def __init__(self, path: str, workdir: str, results: str, only=None):
-        with open(path) as f:
-            self.cfg = yaml.safe_load(f)
+        self.cfg = load_recipe(path)
         self.path = path
         self.name = self.cfg.get("name") or os.path.splitext(os.path.basename(path))[0]
         self.workdir = os.path.abspath(workdir)
@@ -117,13 +129,26 @@ class Recipe:
         return digest([self.data_key, self.cfg.get("seed", 1), self.cfg.get("train", {}),
                        self.cfg.get("eval", {}), model, step, deps])
 
+    def step_dir(self, step) -> str:
+        return os.path.join(self.workdir, "runs", f"{step['name']}-{self.keys[step['name']]}")
+
+    def load_finished(self):
+        """Prepare the data and pick up every finished step, running nothing else."""
+        self.prepare_data()
+        for step in self.cfg["steps"]:
+            self.keys[step["name"]] = self.step_key(step)
+            record_path = os.path.join(self.step_dir(step), "record.json")
+            if os.path.isfile(record_path):
+                with open(record_path) as f:
+                    self.done[step["name"]] = json.load(f)
+
     def run(self):
         self.prepare_data()
         for step in self.cfg["steps"]:
             self.keys[step["name"]] = key = self.step_key(step)
             if self.only and step["name"] not in self.only and not self.needed_by_only(step["name"]):
                 continue
-            stepdir = os.path.join(self.workdir, "runs", f"{step['name']}-{key}")
+            stepdir = self.step_dir(step)
             os.makedirs(stepdir, exist_ok=True)
             record_path = os.path.join(stepdir, "record.json")
             if os.path.isfile(record_path):
@@ -161,7 +186,8 @@ class Recipe:
             summary = json.load(f)
         return {"kind": "seqkd", "data_bin": out, "wall_seconds": round(time.time() - started, 1), **summary}
 
-    def run_training(self, step, stepdir):
+    def train_options(self, step, save_dir) -> dict:
+        """The fairseq-train flags of a training step (recipe defaults, model, step, criterion)."""
         model = dict(self.cfg.get("models", {})[step["model"]])
         options = {**self.cfg.get("train", {}), **model, **step.get("train", {})}
         if step.get("teacher"):
@@ -169,19 +195,21 @@ class Recipe:
             options["teacher-path"] = self.done[step["teacher"]]["checkpoint"]
         options["criterion"] = step.get("criterion", options.get("criterion", "label_smoothed_cross_entropy"))
         options.update(step.get("criterion-args", {}))
-        options.update({"seed": self.cfg.get("seed", 1), "save-dir": os.path.join(stepdir, "checkpoints"),
+        options.update({"seed": self.cfg.get("seed", 1), "save-dir": save_dir,
                         "user-dir": PACKAGE_DIR, "no-epoch-checkpoints": True,
                         "log-format": options.get("log-format", "simple")})
         if not torch.cuda.is_available():
             options["cpu"] = True
+        return options
+
+    def run_training(self, step, stepdir):
+        model = dict(self.cfg.get("models", {})[step["model"]])
+        options = self.train_options(step, os.path.join(stepdir, "checkpoints"))
         cmd = [sys.executable, "-m", "fairseq_cli.train", self.data_of(step), *flags(options)]
-        timing_path = os.path.join(stepdir, "train_seconds.json")
-        spent = json.load(open(timing_path))["seconds"] if os.path.isfile(timing_path) else 0.0
-        started = time.time()
         with open(os.path.join(stepdir, "train.log"), "a") as logf:
             logf.write(" ".join(cmd) + "\n")
         log(" ".join(cmd))
-        # progress goes to the terminal and, through tee-like copying, to train.log
+        # progress goes to the terminal and, copied line by line, to train.log
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         with open(os.path.join(stepdir, "train.log"), "a") as logf:
             for line in proc.stdout:
@@ -189,9 +217,6 @@ class Recipe:
                 logf.write(line)
         if proc.wait() != 0:
             raise RuntimeError(f"training step {step['name']} failed; see {stepdir}/train.log")
-        spent += time.time() - started
-        with open(timing_path, "w") as f:
-            json.dump({"seconds": spent}, f)
 
         best = os.path.join(stepdir, "checkpoints", "checkpoint_best.pt")
         exported = os.path.join(stepdir, "model.pt")
@@ -217,7 +242,8 @@ class Recipe:
             "parameters": info["parameters"],
             "updates": info["num_updates"],
             "epochs": last["extra_state"]["train_iterator"]["epoch"],
-            "train_seconds": round(spent, 1),
+            # fairseq's own cumulative training wall time, carried across resumes in checkpoints
+            "train_seconds": round(last["extra_state"]["previous_training_time"], 1),
             "bleu": result["bleu"],
             "bleu_signature": result["bleu_signature"],
             "tokens_per_second": result["tokens_per_second"],

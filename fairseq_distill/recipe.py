@@ -45,13 +45,23 @@ CORPORA = {"multi30k": {"src": "de", "tgt": "en", "dir": os.path.join(REPO, "dat
 
 def load_recipe(path: str) -> dict:
     """A recipe, with ``extends: other.yaml`` resolved: everything but ``name`` is inherited
-    and the base's steps run first (finished ones come from the cache)."""
+    and the base's steps run first (finished ones come from the cache); ``base_steps: [...]``
+    keeps only the named base steps (e.g. the teacher and the baselines a table compares to)."""
     with open(path) as f:
         cfg = yaml.safe_load(f)
     if "extends" in cfg:
         base_path = os.path.join(os.path.dirname(path), cfg.pop("extends"))
         base = load_recipe(base_path)
-        steps = base.get("steps", []) + cfg.pop("steps", [])
+        base_steps = base.get("steps", [])
+        keep = cfg.pop("base_steps", None)
+        if keep is not None:
+            known = [s["name"] for s in base_steps]
+            unknown = [n for n in keep if n not in known]
+            if unknown:
+                raise DistillError(f"{path}: base_steps {unknown} are not steps of {base_path}; "
+                                   f"its steps are {known}")
+            base_steps = [s for s in base_steps if s["name"] in keep]
+        steps = base_steps + cfg.pop("steps", [])
         cfg = {**base, **cfg, "steps": steps}
     return cfg
 
@@ -76,13 +86,14 @@ def log(msg):
 
 
 class Recipe:
-    def __init__(self, path: str, workdir: str, results: str, only=None):
+    def __init__(self, path: str, workdir: str, results: str, only=None, reuse=None):
         self.cfg = load_recipe(path)
         self.path = path
         self.name = self.cfg.get("name") or os.path.splitext(os.path.basename(path))[0]
         self.workdir = os.path.abspath(workdir)
         self.results_dir = results
         self.only = only
+        self.reuse = list(reuse or ())  # results JSON files whose rows count as done
         self.done = {}  # step name -> record
         self.keys = {}  # step name -> cache key
         names = [s["name"] for s in self.cfg["steps"]]
@@ -143,33 +154,69 @@ class Recipe:
                     self.done[step["name"]] = json.load(f)
 
     def run(self):
+        """Run what is missing. A step is done if its directory holds a record, or if the
+        committed results (``reuse``) hold a row with the same key; a done step is rerun only
+        when a step that must run needs its files (a teacher checkpoint, seq-KD data)."""
         self.prepare_data()
-        for step in self.cfg["steps"]:
-            self.keys[step["name"]] = key = self.step_key(step)
-            if self.only and step["name"] not in self.only and not self.needed_by_only(step["name"]):
+        steps = self.cfg["steps"]
+        for step in steps:
+            self.keys[step["name"]] = self.step_key(step)
+        selected = {s["name"] for s in steps if not self.only or s["name"] in self.only}
+        for step in reversed(steps):  # dependencies of selected steps are selected too
+            if step["name"] in selected:
+                selected.update(dependencies(step))
+        local = {}
+        for step in steps:
+            record_path = os.path.join(self.step_dir(step), "record.json")
+            if os.path.isfile(record_path):
+                with open(record_path) as f:
+                    local[step["name"]] = json.load(f)
+        committed = self.committed_rows()
+        must_run = {n for n in selected if n not in local and n not in committed}
+        for step in reversed(steps):  # a step that runs needs its dependencies' files here
+            if step["name"] in must_run:
+                must_run.update(d for d in dependencies(step) if d not in local)
+        for step in steps:
+            name = step["name"]
+            if name not in selected:
+                continue
+            if name in local:
+                self.done[name] = local[name]
+                log(f"{name}: cached ({self.step_dir(step)})")
+                continue
+            if name not in must_run:
+                self.done[name] = committed[name]
+                log(f"{name}: taken from the committed results (key {self.keys[name]})")
                 continue
             stepdir = self.step_dir(step)
             os.makedirs(stepdir, exist_ok=True)
-            record_path = os.path.join(stepdir, "record.json")
-            if os.path.isfile(record_path):
-                with open(record_path) as f:
-                    self.done[step["name"]] = json.load(f)
-                log(f"{step['name']}: cached ({stepdir})")
-                continue
-            log(f"{step['name']}: running in {stepdir}")
+            log(f"{name}: running in {stepdir}")
             record = self.run_seqkd(step, stepdir) if "seqkd" in step else self.run_training(step, stepdir)
-            record.update({"name": step["name"], "key": key})
-            with open(record_path, "w") as f:
+            record.update({"name": name, "key": self.keys[name]})
+            if name in committed:
+                # rerun only for its files: say whether it reproduced the committed result
+                before, after = committed[name].get("bleu"), record.get("bleu")
+                record["reproduces_committed"] = before == after
+                if before != after:
+                    log(f"WARNING: {name} reran with BLEU {after}, the committed results say "
+                        f"{before}; rows from the two runs do not share this step")
+            with open(os.path.join(stepdir, "record.json"), "w") as f:
                 json.dump(record, f, indent=2)
-            self.done[step["name"]] = record
+            self.done[name] = record
         return self.write_results()
 
-    def needed_by_only(self, name) -> bool:
-        for step in self.cfg["steps"]:
-            if step["name"] in self.only:
-                if name in (step.get("teacher"), step.get("data"), step.get("seqkd", {}).get("teacher")):
-                    return True
-        return False
+    def committed_rows(self) -> Dict[str, dict]:
+        """Rows of committed results whose step name and key match a step of this recipe."""
+        found = {}
+        for path in self.reuse:
+            if not os.path.isfile(path):
+                continue
+            with open(path) as f:
+                meta = json.load(f)
+            for r in meta.get("rows", []) + meta.get("seqkd", []):
+                if r.get("key") and r.get("key") == self.keys.get(r.get("name")):
+                    found[r["name"]] = r
+        return found
 
     def data_of(self, step) -> str:
         return self.done[step["data"]]["data_bin"] if step.get("data") else self.data_bin
@@ -241,7 +288,7 @@ class Recipe:
             "data": step.get("data") or "original",
             "parameters": info["parameters"],
             "updates": info["num_updates"],
-            "epochs": last["extra_state"]["train_iterator"]["epoch"],
+            "epochs": completed_epochs(last["extra_state"]["train_iterator"]),
             # fairseq's own cumulative training wall time, carried across resumes in checkpoints
             "train_seconds": round(last["extra_state"]["previous_training_time"], 1),
             "bleu": result["bleu"],
@@ -276,6 +323,17 @@ class Recipe:
         return rows
 
 
+def completed_epochs(iterator_state) -> int:
+    """fairseq saves the iterator at the end of epoch n as (epoch n+1, 0 iterations in it)."""
+    return iterator_state["epoch"] - (1 if iterator_state.get("iterations_in_epoch", 0) == 0 else 0)
+
+
+def dependencies(step) -> List[str]:
+    """Names of the steps whose files a step uses."""
+    deps = [step.get("teacher"), step.get("data"), step.get("seqkd", {}).get("teacher")]
+    return [d for d in deps if d]
+
+
 def markdown_table(rows) -> str:
     head = ("| run | shape (enc+dec, d, ffn) | params | KD | data | epochs | updates | train time | "
             "BLEU | tokens/s |\n|---|---|---|---|---|---|---|---|---|---|")
@@ -300,11 +358,14 @@ def main(argv=None):
     p.add_argument("--workdir", default=None, help="where data, checkpoints and caches go")
     p.add_argument("--results", default=None, help="write <name>.json and <name>.md here")
     p.add_argument("--only", nargs="*", help="run only these steps (and what they depend on)")
+    p.add_argument("--reuse", nargs="*", default=(),
+                   help="results JSON files (e.g. the committed bench/results/*.json) whose rows "
+                        "count as done where step name and key match")
     args = p.parse_args(argv)
     recipe_name = os.path.splitext(os.path.basename(args.config))[0]
     workdir = args.workdir or os.path.join(REPO, "work", recipe_name)
     try:
-        Recipe(args.config, workdir, args.results, args.only).run()
+        Recipe(args.config, workdir, args.results, args.only, args.reuse).run()
     except DistillError as e:
         sys.exit(f"recipe: error: {e}")
 

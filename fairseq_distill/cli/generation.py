@@ -52,6 +52,9 @@ def run_generate(
         sys.executable, "-m", "fairseq_cli.generate", data,
         "--path", checkpoints, "--gen-subset", subset,
         "--user-dir", PACKAGE_DIR, "--log-format", "simple",
+        # with the default multiple of 8, fairseq-generate silently drops sentences
+        # (fairseq issue #5351); every sentence must come back
+        "--required-batch-size-multiple", "1",
         *device_args(), *args,
     ]
     result = GenerationResult()

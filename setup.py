@@ -31,6 +31,8 @@ setup(
             "fsd-seqkd=fairseq_distill.cli.seqkd:main",
             "fsd-evaluate=fairseq_distill.cli.evaluate:main",
             "fsd-export-student=fairseq_distill.cli.export_student:main",
+            "fsd-alp-heatmap=fairseq_distill.cli.alp_heatmap:main",
+            "fsd-a2d-heatmap=fairseq_distill.cli.a2d_heatmap:main",
         ]
     },
 )

@@ -95,3 +95,18 @@ def export_decoding_checkpoint(src: str, dst: str, model_weights: Optional[dict]
         "num_updates": num_updates,
         "dropped_criterion_tensors": len(state.get("criterion") or {}),
     }
+
+
+def load_training_checkpoint(path: str, criterion: str) -> dict:
+    """A training checkpoint of a run with ``criterion``, which must carry its criterion state
+    (what analysis tools read: projections, alignment modules)."""
+    if not os.path.isfile(path):
+        raise DistillError(f"checkpoint not found: '{path}'")
+    state = compat.load_checkpoint(path)
+    if not state.get("criterion"):
+        raise DistillError(f"{path} has no criterion state; use a training checkpoint "
+                           f"(checkpoint_last.pt / checkpoint_best.pt), not an exported student")
+    trained_with = state["cfg"].criterion._name
+    if trained_with != criterion:
+        raise DistillError(f"{path} was trained with criterion '{trained_with}', not {criterion}")
+    return state

@@ -12,6 +12,13 @@ Everything version-dependent lives here, so the rest of the plugin reads as plai
    :mod:`fairseq_distill.checkpoint` contain no Namespace at all and need nothing.
 2. ``fairseq.models.build_model`` gained ``from_checkpoint`` after 0.12.x; we call it
    through :func:`build_model` with whatever the installed build accepts.
+3. fairseq 0.12.2 runs the encoder layers of a model loaded from a checkpoint, in eval mode,
+   through torch's fused ``_transformer_encoder_layer_fwd`` ("BetterTransformer"): the
+   states come back batch-first (even as nested tensors) and the attention modules, with
+   any hooks on them, are skipped, so a frozen teacher would yield no features. The layer
+   itself turns that path off for good once it has been in training mode
+   (``ever_training``); :func:`use_unfused_encoder_layers` sets that flag. Later fairseq
+   builds have no such path and no such attribute.
 """
 import argparse
 import inspect
@@ -42,3 +49,10 @@ def build_model(model_cfg, task):
     if "from_checkpoint" in inspect.signature(models.build_model).parameters:
         return models.build_model(model_cfg, task, from_checkpoint=True)
     return models.build_model(model_cfg, task)
+
+
+def use_unfused_encoder_layers(model: torch.nn.Module):
+    """Keep fairseq 0.12.2's fused eval-mode encoder path off (see 3. above); a no-op elsewhere."""
+    for module in model.modules():
+        if getattr(module, "ever_training", True) is False:
+            module.ever_training = True

@@ -86,3 +86,66 @@ def alp_attention(student: Tensor, teachers: Tensor, score: str = "dot") -> Tens
 def alp_fuse(teachers: Tensor, alpha: Tensor) -> Tensor:
     """C = Σ_k α_k h_t^k: teachers K x L x B x C, alpha K x L x B -> L x B x C."""
     return (alpha.unsqueeze(-1) * teachers.float()).sum(0)
+
+
+def align_attention(student_maps: Sequence[Tensor], weight: Tensor, bias: Tensor) -> Tensor:
+    """A2D's Attention Alignment Module: a pointwise (1 x 1) convolution over the stacked
+    student maps, channel = layer·H + head.
+
+    ``student_maps``: L_s tensors B x H_s x T x S; ``weight``: C_t x (L_s·H_s); ``bias``: C_t.
+    Returns B x C_t x T x S in fp32. Summed layer by layer, so the student maps are never
+    stacked into a copy.
+    """
+    heads = student_maps[0].size(1)
+    weight, out = weight.float(), None
+    for layer, maps in enumerate(student_maps):
+        term = torch.einsum("oh,bhts->bots", weight[:, layer * heads:(layer + 1) * heads], maps.float())
+        out = term if out is None else out.add_(term)
+    return out.add_(bias.float().view(1, -1, 1, 1))
+
+
+def attention_kl(
+    teacher_maps: Sequence[Tensor],
+    aligned: Tensor,
+    key_mask: Tensor,
+    query_mask: Tensor,
+    normalize: str = "softmax",
+    mode: str = "rowwise",
+    eps: float = 1e-6,
+) -> Tensor:
+    """Σ KL(teacher ‖ aligned student) over maps and batch: A2D's attention loss for one type.
+
+    ``teacher_maps``: L_t tensors B x H_t x T x S (probabilities); ``aligned``: the AAM output,
+    B x (L_t·H_t) x T x S. ``key_mask``: broadcastable to B x 1 x T x S, True at keys a query may
+    attend to (not padding; for decoder self-attention also not in the future);
+    ``query_mask``: B x T, True at real query rows.
+
+    ``mode="rowwise"``: every real query row of ``aligned`` becomes a distribution over the
+    allowed keys (``normalize="softmax"``: softmax of the values; ``"renorm"``: values clamped
+    to ``eps`` and divided by their sum), and the KL of each real row is summed.
+    ``mode="reference"`` follows the authors' released code: one softmax over each whole
+    flattened T x S map, applied to the teacher's probabilities as well, no masking; the KL
+    of each map is summed.
+    """
+    heads = teacher_maps[0].size(1)
+    total = aligned.new_zeros(())
+    for layer, p in enumerate(teacher_maps):
+        logits = aligned[:, layer * heads:(layer + 1) * heads]
+        p = p.float()
+        if mode == "reference":
+            log_p = F.log_softmax(p.flatten(2), dim=-1)
+            log_q = F.log_softmax(logits.flatten(2), dim=-1)
+            total = total + (log_p.exp() * (log_p - log_q)).sum()
+            continue
+        if normalize == "softmax":
+            log_q = F.log_softmax(logits.masked_fill(~key_mask, float("-inf")), dim=-1)
+        else:
+            q = logits.clamp(min=eps).masked_fill(~key_mask, 0.0)
+            # clamped so that masked keys (q = 0) pass no 0·∞ = NaN gradient back
+            log_q = (q / q.sum(dim=-1, keepdim=True)).clamp(min=1e-30).log()
+        # p·(log p − log q) where the teacher puts mass on an allowed key; 0·log 0 = 0 elsewhere
+        keep = (p > 0) & key_mask
+        pointwise = torch.where(keep, p * (p.clamp(min=1e-30).log() - log_q), torch.zeros_like(p))
+        per_row = pointwise.sum(dim=-1)  # B x H x T
+        total = total + per_row.masked_fill(~query_mask.unsqueeze(1), 0.0).sum()
+    return total

@@ -129,6 +129,7 @@ def load_teacher(path: str, task) -> FairseqEncoderDecoderModel:
     model.load_state_dict(state["model"], strict=True, model_cfg=model_cfg)
     model.requires_grad_(False)
     model.eval()
+    compat.use_unfused_encoder_layers(model)
     return model
 
 

@@ -73,3 +73,12 @@ def test_layer_kd_data_parallel_replicas_identical(tiny_data, deep_teacher, tmp_
     assert_identical_replicas(out, weights)
     assert "layer_loss" in out
     assert any(k.startswith("criterion.fusers.") for k in weights[0])  # the projections were compared
+
+
+def test_a2d_data_parallel_replicas_identical(tiny_data, deep_teacher, tmp_path):
+    out, weights = run_two_ranks(tiny_data, str(tmp_path), [
+        "--teacher-path", deep_teacher, "--criterion", "a2d"])
+    assert_identical_replicas(out, weights)
+    assert "attn_loss" in out
+    aams = {k for k in weights[0] if k.startswith("criterion.aams.")}
+    assert {k.split(".")[2] for k in aams} == {"encoder_self", "decoder_self", "decoder_cross"}

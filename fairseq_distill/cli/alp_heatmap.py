@@ -14,7 +14,8 @@ import sys
 
 import torch
 
-from fairseq_distill import compat
+from fairseq_distill.checkpoint import load_training_checkpoint
+from fairseq_distill.cli.plotting import pyplot
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import run_with_features
 
@@ -23,15 +24,8 @@ def average_alp_weights(checkpoint, data=None, subset="valid", teacher_path=None
     from fairseq import tasks
     from omegaconf import open_dict
 
-    if not os.path.isfile(checkpoint):
-        raise DistillError(f"checkpoint not found: '{checkpoint}'")
-    state = compat.load_checkpoint(checkpoint)
+    state = load_training_checkpoint(checkpoint, "alp_kd")
     cfg = state["cfg"]
-    if not state.get("criterion"):
-        raise DistillError(f"{checkpoint} has no criterion state; use a training checkpoint "
-                           f"(checkpoint_last.pt / checkpoint_best.pt), not an exported student")
-    if cfg.criterion._name != "alp_kd":
-        raise DistillError(f"{checkpoint} was trained with criterion '{cfg.criterion._name}', not alp_kd")
     with open_dict(cfg):
         if data:
             cfg.task.data = data
@@ -84,13 +78,7 @@ def average_alp_weights(checkpoint, data=None, subset="valid", teacher_path=None
 
 
 def plot(matrices, out_png):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise DistillError("the heat map needs matplotlib: pip install matplotlib")
+    plt = pyplot()
     sides = list(matrices)
     fig, axes = plt.subplots(1, len(sides), figsize=(6 * len(sides), 3), squeeze=False)
     for ax, side in zip(axes[0], sides):

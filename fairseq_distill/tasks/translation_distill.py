@@ -35,8 +35,15 @@ class TranslationDistillTask(TranslationTask):
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         self.teacher: Optional[TeacherEnsemble] = None
-        # (layers, width) per side of the student, for criterions that size projections
+        # (layers, width) per side and (layers, heads) per attention type of the student,
+        # for criterions that size projections
         self.student_shape: Optional[dict] = None
+        # fairseq's 1-based epoch (restored on resume), for criterions with epoch schedules
+        self.epoch = 1
+
+    def begin_epoch(self, epoch, model):
+        super().begin_epoch(epoch, model)
+        self.epoch = epoch
 
     def build_model(self, cfg, *args, **kwargs):
         model = super().build_model(cfg, *args, **kwargs)

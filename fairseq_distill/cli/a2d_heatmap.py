@@ -1,0 +1,88 @@
+"""Heat maps of A2D's learned Attention Alignment Modules (like Jin et al., Figure 2).
+
+    python -m fairseq_distill.cli.a2d_heatmap checkpoints/checkpoint_last.pt --out a2d.png
+
+Reads the criterion state of an ``a2d`` training checkpoint (no data, no teacher needed)
+and draws, per attention type, the AAM weight matrix: one row per teacher head, one column
+per student head, both labelled layer.head, with lines between layers. Writes the PNG and
+the matrices as JSON next to it.
+"""
+import argparse
+import json
+import os
+import sys
+
+from fairseq_distill.checkpoint import load_training_checkpoint
+from fairseq_distill.cli.plotting import pyplot
+from fairseq_distill.errors import DistillError
+from fairseq_distill.features import ATTENTION_TYPES
+
+
+def alignment_matrices(checkpoint: str) -> dict:
+    """``{type: {"weight": [[...]], "student": [layers, heads], "teacher": [layers, heads]}}``."""
+    criterion = load_training_checkpoint(checkpoint, "a2d")["criterion"]
+    matrices = {}
+    for kind in ATTENTION_TYPES:
+        prefix = f"aams.{kind}."
+        if prefix + "weight" not in criterion:
+            continue
+        matrices[kind] = {
+            "weight": [[round(float(w), 5) for w in row] for row in criterion[prefix + "weight"].float()],
+            "bias": [round(float(b), 5) for b in criterion[prefix + "bias"].float()],
+            "student": criterion[prefix + "student_layout"].tolist(),
+            "teacher": criterion[prefix + "teacher_layout"].tolist(),
+        }
+    if not matrices:
+        raise DistillError(f"{checkpoint}: the a2d criterion state holds no alignment module")
+    return matrices
+
+
+def head_labels(layers: int, heads: int):
+    return [f"{layer + 1}.{head + 1}" for layer in range(layers) for head in range(heads)]
+
+
+def plot(matrices: dict, out_png: str):
+    plt = pyplot()
+    kinds = list(matrices)
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 5), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        m = matrices[kind]
+        (ls, hs), (lt, ht) = m["student"], m["teacher"]
+        limit = max(abs(w) for row in m["weight"] for w in row) or 1.0
+        image = ax.imshow(m["weight"], cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto")
+        ax.set_xticks(range(ls * hs))
+        ax.set_xticklabels(head_labels(ls, hs), rotation=90, fontsize=7)
+        ax.set_yticks(range(lt * ht))
+        ax.set_yticklabels(head_labels(lt, ht), fontsize=7)
+        for layer in range(1, ls):
+            ax.axvline(layer * hs - 0.5, color="k", linewidth=0.8)
+        for layer in range(1, lt):
+            ax.axhline(layer * ht - 0.5, color="k", linewidth=0.8)
+        ax.set_xlabel("student head (layer.head)")
+        ax.set_ylabel("teacher head (layer.head)")
+        ax.set_title(f"A2D alignment: {kind.replace('_', ' ')}")
+        fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=120)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    p.add_argument("checkpoint", help="training checkpoint of an a2d run")
+    p.add_argument("--out", required=True, help="PNG path (the matrices go to the same name .json)")
+    args = p.parse_args(argv)
+    try:
+        matrices = alignment_matrices(args.checkpoint)
+        plot(matrices, args.out)
+    except DistillError as e:
+        sys.exit(f"a2d_heatmap: error: {e}")
+    with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
+        json.dump(matrices, f, indent=2)
+    for kind, m in matrices.items():
+        print(f"[a2d] {kind}: {m['student'][0]}x{m['student'][1]} student heads -> "
+              f"{m['teacher'][0]}x{m['teacher'][1]} teacher heads")
+    print(f"[a2d] wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""Align-to-Distill: alignment module, attention KL by hand, per-head capture, schedule, training."""
+import math
+import random
+
+import pytest
+import torch
+
+from distill_setup import build, first_batch
+from fairseq_distill.criterions.a2d import AttentionAlignment, parse_attention_types
+from fairseq_distill.errors import DistillError
+from fairseq_distill.features import FeatureRequest, attention_modules, run_with_features
+from fairseq_distill.losses import attention_kl
+
+# -- hand-made maps: B = 2 sentences, T = 2 queries, S = 3 keys -----------------------------
+# sentence 2 has one padding key (key 3) and one padding query (query 2)
+B, T, S = 2, 2, 3
+KEY_REAL = [[True, True, True], [True, True, False]]
+QUERY_REAL = [[True, True], [True, False]]
+
+
+def random_maps(rng, channels):
+    """channels x B x T x S rows of probabilities (any values at padding: must not matter)."""
+    maps = []
+    for _ in range(channels):
+        per_b = []
+        for b in range(B):
+            rows = []
+            for _ in range(T):
+                w = [rng.uniform(0.1, 1.0) for _ in range(S)]
+                rows.append([x / sum(w) for x in w])
+            per_b.append(rows)
+        maps.append(per_b)
+    return maps
+
+
+def as_layers(maps, layers, heads):
+    """channel-major lists -> L tensors of B x H x T x S."""
+    t = torch.tensor(maps)  # C x B x T x S
+    return [t[l * heads:(l + 1) * heads].permute(1, 0, 2, 3).contiguous() for l in range(layers)]
+
+
+def aligned_by_hand(student, weight, bias):
+    c_out, c_in = len(weight), len(weight[0])
+    return [[[[sum(weight[o][i] * student[i][b][t][s] for i in range(c_in)) + bias[o]
+               for s in range(S)] for t in range(T)] for b in range(B)] for o in range(c_out)]
+
+
+def kl_by_hand(teacher, aligned, mode, normalize="softmax"):
+    total = 0.0
+    for c in range(len(teacher)):
+        for b in range(B):
+            if mode == "reference":  # one softmax over the whole flattened T x S map, no mask
+                p = [x for row in teacher[c][b] for x in row]
+                z = [x for row in aligned[c][b] for x in row]
+                p = [math.exp(x) / sum(math.exp(y) for y in p) for x in p]
+                q = [math.exp(x) / sum(math.exp(y) for y in z) for x in z]
+                total += sum(pi * math.log(pi / qi) for pi, qi in zip(p, q))
+                continue
+            for t in range(T):
+                if not QUERY_REAL[b][t]:
+                    continue
+                keys = [s for s in range(S) if KEY_REAL[b][s]]
+                z = [aligned[c][b][t][s] for s in keys]
+                if normalize == "softmax":
+                    q = [math.exp(x) / sum(math.exp(y) for y in z) for x in z]
+                else:
+                    z = [max(x, 1e-6) for x in z]
+                    q = [x / sum(z) for x in z]
+                p = [teacher[c][b][t][s] for s in keys]
+                total += sum(pi * math.log(pi / qi) for pi, qi in zip(p, q) if pi > 0)
+    return total
+
+
+def masks():
+    key = torch.tensor(KEY_REAL)[:, None, None, :]
+    return key, torch.tensor(QUERY_REAL)
+
+
+def teacher_rows_on_real_keys(maps):
+    """A real teacher puts no mass on padding keys: renormalise over the real keys."""
+    for c in range(len(maps)):
+        for b in range(B):
+            for t in range(T):
+                row = [maps[c][b][t][s] if KEY_REAL[b][s] else 0.0 for s in range(S)]
+                maps[c][b][t] = [x / sum(row) for x in row]
+    return maps
+
+
+@pytest.mark.parametrize("mode,normalize", [("rowwise", "softmax"), ("rowwise", "renorm"),
+                                            ("reference", "softmax")])
+def test_attention_kl_by_hand(mode, normalize):
+    """2 layers x 2 heads student, 3 layers x 2 heads teacher, through the AAM."""
+    rng = random.Random(7)
+    student = random_maps(rng, 4)
+    teacher = teacher_rows_on_real_keys(random_maps(rng, 6))
+    weight = [[rng.uniform(-1, 1) for _ in range(4)] for _ in range(6)]
+    bias = [rng.uniform(-0.5, 0.5) for _ in range(6)]
+    if normalize == "renorm":  # keep most values positive so that the clamp is exercised lightly
+        weight = [[abs(w) for w in row] for row in weight]
+
+    aam = AttentionAlignment((2, 2), (3, 2))
+    with torch.no_grad():
+        aam.weight.copy_(torch.tensor(weight))
+        aam.bias.copy_(torch.tensor(bias))
+    aligned = aam(as_layers(student, 2, 2))
+    assert aligned.shape == (B, 6, T, S)
+    want_aligned = aligned_by_hand(student, weight, bias)
+    assert torch.allclose(aligned.permute(1, 0, 2, 3), torch.tensor(want_aligned), atol=1e-6)
+
+    key, query = masks()
+    got = attention_kl(as_layers(teacher, 3, 2), aligned, key, query, normalize, mode)
+    assert got.item() == pytest.approx(kl_by_hand(teacher, want_aligned, mode, normalize), rel=1e-5)
+
+
+def test_masked_positions_contribute_nothing():
+    rng = random.Random(3)
+    student = random_maps(rng, 4)
+    teacher = teacher_rows_on_real_keys(random_maps(rng, 6))
+    aam = AttentionAlignment((2, 2), (3, 2))
+    key, query = masks()
+    base = attention_kl(as_layers(teacher, 3, 2), aam(as_layers(student, 2, 2)), key, query)
+
+    for c in range(4):  # garbage at the padding key and the padding query of the student
+        student[c][1][0][2] = 5.0
+        student[c][1][1] = [7.0, -3.0, 11.0]
+    for c in range(6):
+        teacher[c][1][1] = [0.9, 0.05, 0.05]
+    changed = attention_kl(as_layers(teacher, 3, 2), aam(as_layers(student, 2, 2)), key, query)
+    assert changed.item() == pytest.approx(base.item(), rel=1e-6)
+    # while a real position does count
+    student[0][0][0][0] = 3.0
+    assert attention_kl(as_layers(teacher, 3, 2), aam(as_layers(student, 2, 2)), key, query).item() != \
+        pytest.approx(base.item(), rel=1e-6)
+
+
+def test_alignment_module_shapes_for_unequal_layers_and_heads():
+    aam = AttentionAlignment((2, 8), (3, 4))  # student with twice the teacher's heads
+    assert aam.weight.shape == (12, 16) and aam.bias.shape == (12,)
+    maps = [torch.rand(5, 8, 7, 9) for _ in range(2)]
+    assert aam(maps).shape == (5, 12, 7, 9)
+    assert aam.student_layout.tolist() == [2, 8] and aam.teacher_layout.tolist() == [3, 4]
+
+
+def test_attention_type_choice():
+    assert parse_attention_types("all") == ("encoder_self", "decoder_self", "decoder_cross")
+    assert parse_attention_types("decoder") == ("decoder_self", "decoder_cross")
+    assert parse_attention_types("decoder_cross, encoder") == ("encoder_self", "decoder_cross")
+    with pytest.raises(DistillError, match="unknown type 'decoder_selff'.*encoder_self"):
+        parse_attention_types("decoder_selff")
+
+
+# -- per-head capture ----------------------------------------------------------------------
+
+def recompute_heads(module, query, key, key_padding_mask, attn_mask):
+    """softmax(q_h k_h^T / sqrt(d_h) + masks) per head, from the module's own projections."""
+    tq, bsz, _ = query.shape
+    ts = key.shape[0]
+    h, d = module.num_heads, module.head_dim
+    q = (module.q_proj(query) * module.scaling).view(tq, bsz, h, d).permute(1, 2, 0, 3)
+    k = module.k_proj(key).view(ts, bsz, h, d).permute(1, 2, 0, 3)
+    scores = q @ k.transpose(-1, -2)  # B x H x T x S
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    if key_padding_mask is not None:
+        scores = scores.masked_fill(key_padding_mask[:, None, None, :].bool(), float("-inf"))
+    return torch.softmax(scores.float(), dim=-1)
+
+
+def test_captured_heads_equal_recomputation(tiny_data, deep_teacher):
+    _, task, _ = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
+                       criterion="a2d")
+    teacher = task.load_teacher().models[0]
+    sample = first_batch(task)
+    kinds = ("encoder_self", "decoder_self", "decoder_cross")
+    inputs = {k: [] for k in kinds}
+    handles = []
+    for kind in kinds:  # the test's own record of every attention call's inputs
+        for m in attention_modules(teacher, kind):
+            def record(_m, args, kwargs, kind=kind):
+                inputs[kind].append((kwargs["query"], kwargs["key"], kwargs.get("key_padding_mask"),
+                                     kwargs.get("attn_mask")))
+            handles.append(m.register_forward_pre_hook(record, with_kwargs=True))
+    with torch.no_grad():
+        feats = run_with_features(teacher, sample["net_input"], FeatureRequest(attention=frozenset(kinds)))
+        for h in handles:
+            h.remove()
+        for kind in kinds:
+            modules = attention_modules(teacher, kind)
+            assert len(feats.attention[kind]) == len(modules) == len(inputs[kind])
+            for module, got, call in zip(modules, feats.attention[kind], inputs[kind]):
+                want = recompute_heads(module, *call)
+                assert got.shape == want.shape and got.shape[1] == module.num_heads
+                assert torch.allclose(got, want, atol=1e-5), kind
+    assert not any(m.requires_grad for maps in feats.attention.values() for m in maps)
+    # eval mode: the teacher really ran as in inference, yet every head came back
+    assert not teacher.training
+
+
+# -- the criterion ---------------------------------------------------------------------------
+
+def test_decay_schedule_follows_fairseq_epoch(tiny_data, deep_teacher):
+    cfg, task, _ = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
+                         "--a2d-weight", "2.0", "--a2d-decay", "0.5", criterion="a2d")
+    crit = task.build_criterion(cfg.criterion)
+    weights = []
+    for epoch in (1, 2, 3, 4):
+        task.begin_epoch(epoch, None)
+        weights.append(crit.attention_weight())
+    assert weights == [2.0, 1.0, 0.5, 0.25]
+
+
+@pytest.mark.parametrize("types,expected", [
+    ("all", {"encoder_self", "decoder_self", "decoder_cross"}),
+    ("encoder", {"encoder_self"}),
+    ("decoder_cross", {"decoder_cross"}),
+])
+def test_loss_weights_gradients_and_parameters(tiny_data, deep_teacher, types, expected):
+    cfg, task, model = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
+                             "--a2d-attention-types", types, criterion="a2d")
+    crit = task.build_criterion(cfg.criterion)
+    assert set(crit.aams) == expected  # disabled types create no parameters
+    teacher_heads = {"encoder_self": 3 * 2, "decoder_self": 2 * 2, "decoder_cross": 2 * 2}
+    for kind, aam in crit.aams.items():
+        assert aam.weight.shape == (teacher_heads[kind], 1 * 2)  # student: 1 layer x 2 heads
+    model.train()
+    crit.train()
+    loss, _, logs = crit(model, first_batch(task))
+    # defaults: (1 − α)·CE + α·KD + β·decay^0·attention, α = 0.5, β = 1
+    want = 0.5 * logs["ce_loss"] + 0.5 * logs["kd_loss"] + 1.0 * logs["attn_loss"]
+    assert loss.item() == pytest.approx(want.item(), rel=1e-5)
+    assert logs["attn_loss"].item() > 0
+    loss.backward()
+    for name, p in crit.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    # the teacher is untouched by the backward pass
+    assert all(p.grad is None for p in task.load_teacher().parameters())
+
+
+def test_attention_loss_is_halved_over_both_decoder_types(tiny_data, deep_teacher):
+    cfg, task, model = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
+                             criterion="a2d")
+    crit = task.build_criterion(cfg.criterion)
+    model.train()
+    sample = first_batch(task)
+    torch.manual_seed(0)
+    _, _, logs = crit(model, sample)
+    from fairseq_distill.features import run_with_features as capture
+
+    request = crit.feature_request()
+    model.eval()  # no dropout: recompute the parts deterministically
+    with torch.no_grad():
+        student = capture(model, sample["net_input"], request)
+        teacher = task.load_teacher().features(sample["net_input"], request, next(model.parameters()))[0]
+        parts = crit.attention_losses(student, teacher, sample)
+        crit_total = crit.distillation_terms(student, [teacher], sample)["attn_loss"][1]
+    want = parts["encoder_self"] + (parts["decoder_self"] + parts["decoder_cross"]) / 2
+    assert crit_total.item() == pytest.approx(want.item(), rel=1e-6)
+
+
+def test_bad_options_are_named(tiny_data, deep_teacher):
+    cfg, task, _ = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
+                         "--a2d-attention-types", "encoder_cross", criterion="a2d")
+    with pytest.raises(DistillError, match="unknown type 'encoder_cross'"):
+        task.build_criterion(cfg.criterion)
+    cfg, task, _ = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
+                         "--a2d-decay", "1.5", criterion="a2d")
+    with pytest.raises(DistillError, match="--a2d-decay must be between 0 and 1, got 1.5"):
+        task.build_criterion(cfg.criterion)

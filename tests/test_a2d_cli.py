@@ -1,0 +1,91 @@
+"""A2D through fairseq-train: the decay schedule survives a resume, students stay clean."""
+import json
+import re
+
+import pytest
+import torch
+
+from conftest import PACKAGE_DIR, fairseq_train, python_module, run
+from distill_setup import build_trainer
+from test_cli import stock_env
+
+
+def epoch_summaries(out):
+    """{epoch: {metric: value}} from fairseq's end-of-epoch train lines."""
+    found = {}
+    for line in out.splitlines():
+        m = re.search(r"\| train \| epoch (\d+) \| (.*)", line)
+        if m:
+            found[int(m.group(1))] = dict(re.findall(r"(\w+) ([-\d.e]+)", m.group(2)))
+    return found
+
+
+def train(data, teacher, save, *extra):
+    return fairseq_train(data, save, "--user-dir", PACKAGE_DIR, "--task", "translation_distill",
+                         "--teacher-path", teacher, "--criterion", "a2d", *extra).stdout
+
+
+def test_a2d_train_resume_schedule_export_generate_heatmap(tiny_data, deep_teacher, tmp_path):
+    save = str(tmp_path / "ckpt")
+    out = train(tiny_data, deep_teacher, save, "--max-epoch", "2")
+    summaries = epoch_summaries(out)
+    assert set(summaries) == {1, 2}
+    for key in ("attn_loss", "kd_loss", "ce_loss"):
+        assert float(summaries[1][key]) > 0, key
+    assert float(summaries[1]["attn_weight"]) == pytest.approx(1.0)
+    assert float(summaries[2]["attn_weight"]) == pytest.approx(0.9)
+    assert "a2d decoder_cross: AAM 1x2 student heads -> 2x2 teacher heads" in out
+
+    saved = torch.load(f"{save}/checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert sorted(k for k in saved["criterion"] if k.endswith("weight")) == [
+        "aams.decoder_cross.weight", "aams.decoder_self.weight", "aams.encoder_self.weight"]
+
+    # fairseq's resume path restores the alignment modules exactly
+    _, _, _, crit, trainer = build_trainer(tiny_data, "--task", "translation_distill",
+                                           "--teacher-path", deep_teacher, "--save-dir", save,
+                                           criterion="a2d")
+    trainer.load_checkpoint(f"{save}/checkpoint_last.pt")
+    for key, value in saved["criterion"].items():
+        assert torch.equal(crit.state_dict()[key], value), key
+
+    # a resumed run continues the schedule from fairseq's epoch counter: 0.9² in epoch 3
+    out = train(tiny_data, deep_teacher, save, "--max-epoch", "3")
+    assert "Loaded checkpoint" in out
+    summaries = epoch_summaries(out)
+    assert set(summaries) == {3}
+    assert float(summaries[3]["attn_weight"]) == pytest.approx(0.81)
+
+    # the decoding checkpoint has no alignment module and decodes in stock fairseq-generate
+    exported = str(tmp_path / "student.pt")
+    msg = run(python_module("fairseq_distill.cli.export_student", f"{save}/checkpoint_best.pt", exported)).stdout
+    assert re.search(r"dropped [1-9]\d* criterion tensors", msg)
+    state = torch.load(exported, weights_only=True)
+    assert "criterion" not in state and not any("aam" in k for k in state["model"])
+    gen = run(python_module("fairseq_cli.generate", tiny_data, "--path", exported, "--cpu", "--beam", "1",
+                            "--max-len-b", "5", "--batch-size", "16"), env=stock_env())
+    assert "Translated 40 sentences" in gen.stdout
+
+    # heat maps of the learned alignment, per attention type
+    png = str(tmp_path / "a2d.png")
+    out = run(python_module("fairseq_distill.cli.a2d_heatmap", f"{save}/checkpoint_last.pt", "--out", png)).stdout
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    matrices = json.load(open(str(tmp_path / "a2d.json")))
+    assert set(matrices) == {"encoder_self", "decoder_self", "decoder_cross"}
+    enc = matrices["encoder_self"]
+    assert enc["student"] == [1, 2] and enc["teacher"] == [3, 2]
+    assert len(enc["weight"]) == 6 and len(enc["weight"][0]) == 2
+    final = torch.load(f"{save}/checkpoint_last.pt", map_location="cpu", weights_only=False)["criterion"]
+    assert enc["weight"][4][1] == pytest.approx(final["aams.encoder_self.weight"][4, 1].item(), abs=1e-5)
+    assert "encoder_self: 1x2 student heads -> 3x2 teacher heads" in out
+
+    proc = run(python_module("fairseq_distill.cli.a2d_heatmap", exported, "--out", png), check=False)
+    assert proc.returncode != 0 and "has no criterion state" in proc.stdout
+
+
+def test_student_with_more_heads_than_teacher(tiny_data, deep_teacher, tmp_path):
+    """Heads need not match: a 4-head student aligned to a 2-head teacher."""
+    out = train(tiny_data, deep_teacher, str(tmp_path / "ckpt"), "--max-update", "2",
+                "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+                "--a2d-attention-types", "encoder")
+    assert "a2d encoder_self: AAM 1x4 student heads -> 3x2 teacher heads" in out
+    assert re.search(r"attn_loss \d", out)

@@ -203,6 +203,7 @@ class Recipe:
             with open(os.path.join(stepdir, "record.json"), "w") as f:
                 json.dump(record, f, indent=2)
             self.done[name] = record
+            self.write_results(quiet=True)  # a long benchmark keeps what it has finished
         return self.write_results()
 
     def committed_rows(self) -> Dict[str, dict]:
@@ -300,11 +301,12 @@ class Recipe:
 
     # -- results ------------------------------------------------------------------------
 
-    def write_results(self):
+    def write_results(self, quiet=False):
         rows = [self.done[s["name"]] for s in self.cfg["steps"]
                 if s["name"] in self.done and self.done[s["name"]]["kind"] == "train"]
         table = markdown_table(rows)
-        print("\n" + table)
+        if not quiet:
+            print("\n" + table)
         if self.results_dir:
             os.makedirs(self.results_dir, exist_ok=True)
             meta = {"recipe": self.name, "config": os.path.relpath(self.path, REPO),

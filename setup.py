@@ -33,6 +33,7 @@ setup(
             "fsd-export-student=fairseq_distill.cli.export_student:main",
             "fsd-alp-heatmap=fairseq_distill.cli.alp_heatmap:main",
             "fsd-a2d-heatmap=fairseq_distill.cli.a2d_heatmap:main",
+            "fsd-extract-student=fairseq_distill.cli.extract_student:main",
         ]
     },
 )

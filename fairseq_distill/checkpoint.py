@@ -52,16 +52,23 @@ def count_parameters(weights: dict) -> int:
     return total
 
 
+def load_checkpoint(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise DistillError(f"checkpoint not found: '{path}'")
+    return compat.load_checkpoint(path)
+
+
 def export_decoding_checkpoint(src: str, dst: str, model_weights: Optional[dict] = None,
-                               model_cfg_updates: Optional[dict] = None) -> dict:
+                               model_cfg_updates: Optional[dict] = None, state: Optional[dict] = None,
+                               reset_progress: bool = False) -> dict:
     """Write the decoding checkpoint of ``src`` to ``dst``; returns a short summary.
 
     ``model_weights``/``model_cfg_updates`` let callers that reshape a model (sub-network
-    export, layer extraction) reuse the same clean format.
+    export, layer extraction) reuse the same clean format; ``state`` is ``src`` already
+    loaded; ``reset_progress`` stores 0 updates (a new model, not a continuation).
     """
-    if not os.path.isfile(src):
-        raise DistillError(f"checkpoint not found: '{src}'")
-    state = compat.load_checkpoint(src)
+    if state is None:
+        state = load_checkpoint(src)
     cfg = OmegaConf.to_container(state["cfg"], resolve=True, enum_to_str=True)
     cfg["model"] = plain_model_config(cfg["model"])
     if model_cfg_updates:
@@ -71,7 +78,7 @@ def export_decoding_checkpoint(src: str, dst: str, model_weights: Optional[dict]
     if cfg.get("common"):
         cfg["common"]["user_dir"] = None
     weights = model_weights if model_weights is not None else state["model"]
-    num_updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates", 0)
+    num_updates = 0 if reset_progress else (state.get("optimizer_history") or [{}])[-1].get("num_updates", 0)
     out = {
         "args": None,
         "cfg": cfg,
@@ -100,9 +107,7 @@ def export_decoding_checkpoint(src: str, dst: str, model_weights: Optional[dict]
 def load_training_checkpoint(path: str, criterion: str) -> dict:
     """A training checkpoint of a run with ``criterion``, which must carry its criterion state
     (what analysis tools read: projections, alignment modules)."""
-    if not os.path.isfile(path):
-        raise DistillError(f"checkpoint not found: '{path}'")
-    state = compat.load_checkpoint(path)
+    state = load_checkpoint(path)
     if not state.get("criterion"):
         raise DistillError(f"{path} has no criterion state; use a training checkpoint "
                            f"(checkpoint_last.pt / checkpoint_best.pt), not an exported student")

@@ -104,7 +104,8 @@ def attention_modules(model: nn.Module, kind: str) -> List[nn.Module]:
     if layers is None or len(layers) == 0:
         raise ValueError(f"{type(inner).__name__} has no {side} layers with attention")
     name = "encoder_attn" if which == "cross" else "self_attn"
-    modules = [getattr(layer, name, None) for layer in layers]
+    # indexed, not iterated: a stochastic layer stack iterates in this forward's order
+    modules = [getattr(layers[i], name, None) for i in range(len(layers))]
     if any(m is None for m in modules):
         raise ValueError(f"{type(inner).__name__}: not every {side} layer has '{name}'")
     return modules

@@ -1,1 +1,2 @@
-"""Model architectures (deep pre-norm Transformer, flexible depth) are added by later work."""
+"""Registered model architectures (fairseq also auto-imports this folder of a user dir)."""
+from fairseq_distill.models import deep_transformer  # noqa: F401

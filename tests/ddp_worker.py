@@ -4,6 +4,7 @@ Only rank 0 writes checkpoints in fairseq, so to compare replicas each rank save
 model's (and criterion's) state when validation starts (after the last update) to $FSD_REPLICA_DUMP/rank{R}.pt.
 Usage: python tests/ddp_worker.py <fairseq-train arguments> --task translation_distill_replica_dump
 """
+import json
 import os
 import sys
 
@@ -11,6 +12,7 @@ import torch
 from fairseq.tasks import register_task
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from fairseq_distill.features import unwrap_model  # noqa: E402
 from fairseq_distill.tasks.translation_distill import (  # noqa: E402
     TranslationDistillConfig,
     TranslationDistillTask,
@@ -23,6 +25,22 @@ class ReplicaDumpTask(TranslationDistillTask):
         self.dumped_criterion = super().build_criterion(cfg, *args, **kwargs)
         return self.dumped_criterion
 
+    def train_step(self, sample, model, *args, **kwargs):
+        out = super().train_step(sample, model, *args, **kwargs)
+        # layer orders and skipped sub-layers drawn by a stochastic layer stack, if any
+        inner = unwrap_model(model)
+        for side in ("encoder", "decoder"):
+            layers = getattr(inner, side).layers
+            if hasattr(layers, "order"):
+                self.draws.append([side, list(layers.order), [list(s) for s in layers.skipped]])
+        return out
+
+    @property
+    def draws(self):
+        if not hasattr(self, "_draws"):
+            self._draws = []
+        return self._draws
+
     def begin_valid_epoch(self, epoch, model):
         super().begin_valid_epoch(epoch, model)
         rank = torch.distributed.get_rank()
@@ -31,6 +49,8 @@ class ReplicaDumpTask(TranslationDistillTask):
         for k, v in self.dumped_criterion.state_dict().items():
             weights[f"criterion.{k}"] = v.detach().clone()
         torch.save(weights, os.path.join(os.environ["FSD_REPLICA_DUMP"], f"rank{rank}.pt"))
+        with open(os.path.join(os.environ["FSD_REPLICA_DUMP"], f"draws{rank}.json"), "w") as f:
+            json.dump(self.draws, f)
 
 
 if __name__ == "__main__":

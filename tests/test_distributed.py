@@ -82,3 +82,19 @@ def test_a2d_data_parallel_replicas_identical(tiny_data, deep_teacher, tmp_path)
     assert "attn_loss" in out
     aams = {k for k in weights[0] if k.startswith("criterion.aams.")}
     assert {k.split(".")[2] for k in aams} == {"encoder_self", "decoder_self", "decoder_cross"}
+
+
+def test_deep_transformer_data_parallel_workers_draw_alike(tiny_data, tmp_path):
+    """Group permutation and Skipping Sub-Layer draw from fairseq's seed and update number, so
+    both ranks run the same layer order and skip the same sub-layers on every update."""
+    import json
+
+    out, weights = run_two_ranks(tiny_data, str(tmp_path), [
+        "--arch", "deep_transformer", "--encoder-layers", "4", "--decoder-layers", "2",
+        "--encoder-group-size", "2", "--decoder-group-size", "2", "--skip-sublayer-rate", "0.5",
+        "--criterion", "label_smoothed_cross_entropy"], max_update=6)
+    assert_identical_replicas(out, weights)
+    draws = [json.load(open(tmp_path / f"draws{r}.json")) for r in range(2)]
+    assert len(draws[0]) == 12 and draws[0] == draws[1]
+    encoder = [tuple(order) for side, order, _ in draws[0] if side == "encoder"]
+    assert len(set(encoder)) > 1  # the order does change between updates

@@ -258,11 +258,15 @@ class Recipe:
             logf.write(" ".join(cmd) + "\n")
         log(" ".join(cmd))
         # progress goes to the terminal and, copied line by line, to train.log
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # (unbuffered: a pipe would otherwise hold fairseq's progress back for minutes)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
         with open(os.path.join(stepdir, "train.log"), "a") as logf:
             for line in proc.stdout:
                 sys.stdout.write(line)
+                sys.stdout.flush()
                 logf.write(line)
+                logf.flush()
         if proc.wait() != 0:
             raise RuntimeError(f"training step {step['name']} failed; see {stepdir}/train.log")
 

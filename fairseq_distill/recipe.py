@@ -19,6 +19,10 @@ A recipe (see ``configs/*.yaml``)::
       - {name: student-wordkd, model: student, teacher: teacher, criterion: word_kd,
          criterion-args: {kd-weight: 0.5}}
       - {name: student-seqkd, model: student, data: seqkd}
+      # GPKD: the student starts from layers extracted from a group-permuted teacher
+      - {name: student-gpkd, model: student, data: seqkd, init: {from: teacher, keep: top}}
+      # two-stage training: continue another step's run (weights, optimizer, update count)
+      - {name: teacher-stage2, model: teacher, continue: teacher, train: {skip-sublayer-rate: 0.4}}
 
 Flags are written without the leading dashes; ``true`` means a bare switch.
 """
@@ -133,9 +137,7 @@ class Recipe:
     # -- steps --------------------------------------------------------------------------
 
     def step_key(self, step) -> str:
-        deps = [self.keys[step[k]] for k in ("teacher", "data") if step.get(k)]
-        if "seqkd" in step:
-            deps.append(self.keys[step["seqkd"]["teacher"]])
+        deps = [self.keys[d] for d in dependencies(step)]
         model = self.cfg.get("models", {}).get(step.get("model"), {})
         return digest([self.data_key, self.cfg.get("seed", 1), self.cfg.get("train", {}),
                        self.cfg.get("eval", {}), model, step, deps])
@@ -250,9 +252,31 @@ class Recipe:
             options["cpu"] = True
         return options
 
+    def starting_point(self, step, stepdir) -> dict:
+        """fairseq-train flags that start a run from another step's model, on its first launch
+        only (later launches resume from the run's own checkpoint_last.pt)."""
+        if os.path.isfile(os.path.join(stepdir, "checkpoints", "checkpoint_last.pt")):
+            return {}
+        if step.get("init"):
+            from fairseq_distill.extraction import extract_student
+
+            spec = dict(step["init"])
+            source = self.done[spec.pop("from")]["checkpoint"]
+            init = os.path.join(stepdir, "init.pt")
+            info = extract_student(source, init, **extraction_options(spec, self.cfg.get("seed", 1)))
+            log(f"{step['name']}: initialised from layers {info['kept']} of {source}")
+            return {"restore-file": init, "reset-optimizer": True, "reset-lr-scheduler": True,
+                    "reset-meters": True, "reset-dataloader": True}
+        if step.get("continue"):
+            # weights, optimizer and learning-rate schedule go on; epochs count afresh, and the
+            # best checkpoint is chosen among this stage's
+            return {"restore-file": self.done[step["continue"]]["training_checkpoint"],
+                    "reset-dataloader": True, "reset-meters": True}
+        return {}
+
     def run_training(self, step, stepdir):
-        model = dict(self.cfg.get("models", {})[step["model"]])
         options = self.train_options(step, os.path.join(stepdir, "checkpoints"))
+        options.update(self.starting_point(step, stepdir))
         cmd = [sys.executable, "-m", "fairseq_cli.train", self.data_of(step), *flags(options)]
         with open(os.path.join(stepdir, "train.log"), "a") as logf:
             logf.write(" ".join(cmd) + "\n")
@@ -284,9 +308,12 @@ class Recipe:
         return {
             "kind": "train",
             "checkpoint": exported,
+            "training_checkpoint": os.path.join(stepdir, "checkpoints", "checkpoint_last.pt"),
             "model": step["model"],
-            "shape": {k: model.get(k) for k in ("arch", "encoder-layers", "decoder-layers",
-                                                "encoder-embed-dim", "encoder-ffn-embed-dim")},
+            "init": step.get("init"),
+            "continues": step.get("continue"),
+            "shape": {k: options.get(k) for k in ("arch", "encoder-layers", "decoder-layers",
+                                                  "encoder-embed-dim", "encoder-ffn-embed-dim")},
             "criterion": options["criterion"],
             "criterion_args": step.get("criterion-args", {}),
             "teacher": step.get("teacher"),
@@ -336,8 +363,22 @@ def completed_epochs(iterator_state) -> int:
 
 def dependencies(step) -> List[str]:
     """Names of the steps whose files a step uses."""
-    deps = [step.get("teacher"), step.get("data"), step.get("seqkd", {}).get("teacher")]
+    deps = [step.get("teacher"), step.get("data"), step.get("seqkd", {}).get("teacher"),
+            (step.get("init") or {}).get("from"), step.get("continue")]
     return [d for d in deps if d]
+
+
+def extraction_options(spec: dict, seed: int) -> dict:
+    """``init: {from: STEP, keep: top, encoder-keep: ..., decoder-group-size: ...}`` as
+    keyword arguments of :func:`fairseq_distill.extraction.extract_student`."""
+    known = {"keep", "encoder-keep", "decoder-keep", "encoder-group-size", "decoder-group-size"}
+    unknown = set(spec) - known
+    if unknown:
+        raise DistillError(f"init: unknown option(s) {sorted(unknown)}; known: from, {', '.join(sorted(known))}")
+    keep = str(spec.get("keep", "top"))
+    return {"encoder_keep": str(spec.get("encoder-keep", keep)), "decoder_keep": str(spec.get("decoder-keep", keep)),
+            "encoder_group_size": spec.get("encoder-group-size"),
+            "decoder_group_size": spec.get("decoder-group-size"), "seed": seed}
 
 
 def markdown_table(rows) -> str:
@@ -349,6 +390,10 @@ def markdown_table(rows) -> str:
         kd = r["criterion"] if r.get("teacher") else "none"
         if r.get("criterion_args"):
             kd += " (" + ", ".join(f"{k}={v}" for k, v in r["criterion_args"].items()) + ")"
+        if r.get("init"):
+            kd += f"; init: layers of {r['init']['from']} (keep {r['init'].get('keep', 'top')})"
+        if r.get("continues"):
+            kd += f"; continues {r['continues']}"
         lines.append(
             f"| {r['name']} | {s['encoder-layers']}+{s['decoder-layers']}, {s['encoder-embed-dim']}, "
             f"{s['encoder-ffn-embed-dim']} | {r['parameters'] / 1e6:.2f}M | {kd} | {r['data']} | "

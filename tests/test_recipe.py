@@ -59,3 +59,48 @@ def test_recipe_runs_caches_and_reports(tmp_path):
     assert "fairseq_cli.train" not in again
     # the decoding checkpoints of finished runs exist and are clean
     assert os.path.isfile(student["checkpoint"])
+
+
+DEEP = {**TINY, "arch": "deep_transformer", "encoder-layers": 4, "decoder-layers": 2,
+        "encoder-group-size": 2, "decoder-group-size": 2}
+SHALLOW = {**TINY, "arch": "deep_transformer", "encoder-layers": 2, "decoder-layers": 1}
+
+
+def test_recipe_gpkd_pipeline_and_two_stage_training(tmp_path):
+    """teacher with group permutation -> stage 2 with skipping -> seq-KD data -> extracted student."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_slice(raw, "train", "train", 200)
+    write_slice(raw, "valid", "val", 20)
+    write_slice(raw, "test", "test_2016_flickr", 20)
+    recipe = {
+        "name": "gpkd-tiny", "seed": 1,
+        "data": {"source": "de", "target": "en", "train": str(raw / "train"), "valid": str(raw / "valid"),
+                 "test": [str(raw / "test")], "vocab_size": 200},
+        "train": {"share-all-embeddings": True, "optimizer": "adam", "lr": 0.003, "max-tokens": 1500,
+                  "label-smoothing": 0.1, "max-update": 4, "num-workers": 0},
+        "models": {"teacher": DEEP, "student": SHALLOW},
+        "eval": {"beam": 1, "batch-size": 64},
+        "steps": [
+            {"name": "teacher", "model": "teacher"},
+            {"name": "teacher-skip", "model": "teacher", "continue": "teacher",
+             "train": {"skip-sublayer-rate": 0.4, "max-update": 7}},
+            {"name": "seqkd-data", "seqkd": {"teacher": "teacher", "beam": 1, "max-len-b": 6,
+                                             "on-missing": "reference"}},
+            {"name": "student-gpkd", "model": "student", "data": "seqkd-data",
+             "init": {"from": "teacher", "keep": "top"}},
+        ],
+    }
+    config = tmp_path / "gpkd.yaml"
+    config.write_text(yaml.safe_dump(recipe))
+    out = run(python_module("fairseq_distill.recipe", str(config), "--workdir", str(tmp_path / "work"),
+                            "--results", str(tmp_path / "results"))).stdout
+    # stage 2 starts from stage 1's last checkpoint: its update count goes on from 4 to 7
+    assert re.search(r"--restore-file \S+/teacher-\w+/checkpoints/checkpoint_last\.pt --reset-dataloader "
+                     r"--reset-meters", out)
+    assert "student-gpkd: initialised from layers {'encoder': [2, 4], 'decoder': [2]}" in out
+    rows = {r["name"]: r for r in json.load(open(tmp_path / "results" / "gpkd-tiny.json"))["rows"]}
+    assert rows["teacher"]["updates"] == 4 and rows["teacher-skip"]["updates"] == 7
+    assert rows["student-gpkd"]["updates"] == 4 and rows["student-gpkd"]["shape"]["encoder-layers"] == 2
+    table = open(tmp_path / "results" / "gpkd-tiny.md").read()
+    assert "init: layers of teacher (keep top)" in table and "continues teacher" in table

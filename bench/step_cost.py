@@ -1,17 +1,23 @@
-"""Training-step cost of each distillation criterion of a recipe, relative to word-level KD.
+"""Training-step cost (time and peak memory) of each distillation criterion of a recipe,
+relative to word-level KD.
 
     .venv/bin/python bench/step_cost.py configs/layer_kd.yaml [--workdir DIR] [--steps 8]
 
-Every criterion step of the recipe (those with a teacher) is built in-process exactly as
-fairseq-train builds it (the recipe's flags), then fairseq's ``Trainer.train_step`` runs on
-the *same* batch: a few warm-up steps, then ``--steps`` timed ones; the median is reported.
-Needs the recipe's teacher to be trained already (bench/run.py). Writes
-``bench/results/<recipe>_step_cost.{json,md}``.
+Every criterion step of the recipe (those with a teacher) is built exactly as fairseq-train
+builds it (the recipe's flags), each in a fresh process so that peak memory is its own;
+fairseq's ``Trainer.train_step`` then runs on the *same* batch: a few warm-up steps, then
+``--steps`` timed ones; the median time is reported. Peak memory: on CUDA the peak of
+allocated memory during the steps; on the CPU the peak resident set during them (Linux
+VmHWM, reset before the first step) minus the resident set before them, i.e. what training
+steps add to the built model and batch (activations, gradients, optimizer state, attention
+maps). Needs the recipe's teacher
+to be trained already (bench/run.py). Writes ``bench/results/<recipe>_step_cost.{json,md}``.
 """
 import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -40,12 +46,54 @@ def time_step(data, train_flags, warmup, steps, max_tokens):
     itr = task.get_batch_iterator(task.dataset("train"), max_tokens=max_tokens, seed=1)
     sample = next(iter(itr.next_epoch_itr(shuffle=False)))
     times = []
+    # from before the first step: a warm-up step leaves freed memory in the allocator's pools,
+    # which later steps reuse without raising the resident set
+    before = reset_peak_memory()
     for i in range(warmup + steps):
         started = time.perf_counter()
         trainer.train_step([sample])
         if i >= warmup:
             times.append(time.perf_counter() - started)
-    return statistics.median(times), sample["ntokens"]
+    return statistics.median(times), sample["ntokens"], peak_memory() - before
+
+
+def _status_kib(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def reset_peak_memory() -> int:
+    """Reset the peak counter; returns the current usage in bytes."""
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+        return torch.cuda.memory_allocated()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current resident set (Linux)
+    return _status_kib("VmRSS") * 1024
+
+
+def peak_memory() -> int:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated()
+    return _status_kib("VmHWM") * 1024
+
+
+def measure_one(args):
+    """Child process: time one step of the recipe and print the result as JSON."""
+    name = os.path.splitext(os.path.basename(args.config))[0]
+    recipe = Recipe(args.config, args.workdir or os.path.join(REPO, "work", name), None)
+    recipe.load_finished()
+    step = next(s for s in recipe.cfg["steps"] if s["name"] == args.one)
+    opts = recipe.train_options(step, os.path.join(recipe.workdir, "step_cost_unused"))
+    for key in ("save-dir", "log-format", "no-epoch-checkpoints"):
+        opts.pop(key, None)
+    median, ntokens, peak = time_step(recipe.data_bin, flags(opts), args.warmup, args.steps, args.max_tokens)
+    print("STEP_COST " + json.dumps({"name": step["name"], "criterion": opts["criterion"],
+                                     "median_step_seconds": round(median, 4), "target_tokens": ntokens,
+                                     "peak_step_memory_mib": round(peak / 2**20, 1)}))
 
 
 def main():
@@ -56,7 +104,10 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--results", default=os.path.join(REPO, "bench", "results"))
+    p.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this step in this process
     args = p.parse_args()
+    if args.one:
+        return measure_one(args)
     name = os.path.splitext(os.path.basename(args.config))[0]
     recipe = Recipe(args.config, args.workdir or os.path.join(REPO, "work", name), None)
     recipe.load_finished()
@@ -67,20 +118,33 @@ def main():
             continue  # criterion rows on the original data only
         if step["teacher"] not in recipe.done:
             sys.exit(f"step_cost: the teacher step '{step['teacher']}' has not been run; run bench/run.py first")
-        opts = recipe.train_options(step, os.path.join(recipe.workdir, "step_cost_unused"))
-        for key in ("save-dir", "log-format", "no-epoch-checkpoints"):
-            opts.pop(key, None)
-        median, ntokens = time_step(recipe.data_bin, flags(opts), args.warmup, args.steps, args.max_tokens)
-        rows.append({"name": step["name"], "criterion": opts["criterion"], "median_step_seconds": round(median, 4),
-                     "target_tokens": ntokens})
-        print(f"[step_cost] {step['name']}: {median * 1000:.0f} ms/step ({ntokens} target tokens)", flush=True)
+        cmd = [sys.executable, os.path.abspath(__file__), args.config, "--one", step["name"],
+               "--steps", str(args.steps), "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens)]
+        if args.workdir:
+            cmd += ["--workdir", args.workdir]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        found = [line for line in proc.stdout.splitlines() if line.startswith("STEP_COST ")]
+        if proc.returncode != 0 or not found:
+            sys.exit(f"step_cost: measuring {step['name']} failed:\n{proc.stdout[-3000:]}")
+        row = json.loads(found[-1][len("STEP_COST "):])
+        rows.append(row)
+        print(f"[step_cost] {row['name']}: {row['median_step_seconds'] * 1000:.0f} ms/step, "
+              f"+{row['peak_step_memory_mib']:.0f} MiB peak ({row['target_tokens']} target tokens)", flush=True)
 
-    base = next((r["median_step_seconds"] for r in rows if r["criterion"] == "word_kd"), None)
+    base = next((r for r in rows if r["criterion"] == "word_kd"), None)
     for r in rows:
-        r["relative_to_word_kd"] = round(r["median_step_seconds"] / base, 3) if base else None
-    lines = ["| run | criterion | median step | relative to word_kd |", "|---|---|---|---|"]
+        r["time_relative_to_word_kd"] = round(r["median_step_seconds"] / base["median_step_seconds"], 3) if base else None
+        r["memory_relative_to_word_kd"] = (round(r["peak_step_memory_mib"] / base["peak_step_memory_mib"], 3)
+                                           if base and base["peak_step_memory_mib"] > 0 else None)
+
+    def rel(x):
+        return "-" if x is None else f"{x:.2f}"
+
+    lines = ["| run | criterion | median step | time vs word_kd | peak step memory | memory vs word_kd |",
+             "|---|---|---|---|---|---|"]
     lines += [f"| {r['name']} | {r['criterion']} | {r['median_step_seconds'] * 1000:.0f} ms | "
-              f"{r['relative_to_word_kd'] if r['relative_to_word_kd'] is not None else '-'} |" for r in rows]
+              f"{rel(r['time_relative_to_word_kd'])} | +{r['peak_step_memory_mib']:.0f} MiB | "
+              f"{rel(r['memory_relative_to_word_kd'])} |" for r in rows]
     table = "\n".join(lines)
     print(table)
     os.makedirs(args.results, exist_ok=True)
@@ -91,7 +155,9 @@ def main():
         json.dump(meta, f, indent=2)
     with open(os.path.join(args.results, f"{recipe.name}_step_cost.md"), "w") as f:
         f.write(f"# {recipe.name}: training-step cost\n\nfairseq Trainer.train_step on one fixed batch "
-                f"(max-tokens {args.max_tokens}), median of {args.steps} steps after {args.warmup} warm-up; "
+                f"(max-tokens {args.max_tokens}), median of {args.steps} steps after {args.warmup} warm-up, "
+                f"each criterion in its own process; peak step memory = peak during the steps minus "
+                f"usage before them; "
                 f"{meta['device']}, {meta['threads']} threads.\n\n{table}\n")
 
 

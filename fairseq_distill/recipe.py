@@ -49,7 +49,7 @@ CORPORA = {"multi30k": {"src": "de", "tgt": "en", "dir": os.path.join(REPO, "dat
 
 def load_recipe(path: str) -> dict:
     """A recipe, with ``extends: other.yaml`` resolved: everything but ``name`` is inherited
-    and the base's steps run first (finished ones come from the cache); ``base_steps: [...]``
+    (``models`` are added to the base's, replacing those of the same name), the base's steps run first (finished ones come from the cache); ``base_steps: [...]``
     keeps only the named base steps (e.g. the teacher and the baselines a table compares to)."""
     with open(path) as f:
         cfg = yaml.safe_load(f)
@@ -66,7 +66,8 @@ def load_recipe(path: str) -> dict:
                                    f"its steps are {known}")
             base_steps = [s for s in base_steps if s["name"] in keep]
         steps = base_steps + cfg.pop("steps", [])
-        cfg = {**base, **cfg, "steps": steps}
+        models = {**base.get("models", {}), **cfg.pop("models", {})}  # add to the base's models
+        cfg = {**base, **cfg, "models": models, "steps": steps}
     return cfg
 
 

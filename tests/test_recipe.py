@@ -104,3 +104,26 @@ def test_recipe_gpkd_pipeline_and_two_stage_training(tmp_path):
     assert rows["student-gpkd"]["updates"] == 4 and rows["student-gpkd"]["shape"]["encoder-layers"] == 2
     table = open(tmp_path / "results" / "gpkd-tiny.md").read()
     assert "init: layers of teacher (keep top)" in table and "continues teacher" in table
+
+
+def test_extends_inherits_settings_merges_models_and_selects_base_steps(tmp_path):
+    from fairseq_distill.errors import DistillError
+    from fairseq_distill.recipe import load_recipe
+    import pytest
+
+    base = {"name": "base", "seed": 3, "train": {"lr": 0.1}, "models": {"teacher": {"a": 1}, "student": {"b": 2}},
+            "steps": [{"name": "teacher", "model": "teacher"}, {"name": "student", "model": "student"}]}
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    child = {"name": "child", "extends": "base.yaml", "base_steps": ["teacher"],
+             "models": {"student": {"b": 5}, "wide": {"c": 3}},
+             "steps": [{"name": "wide", "model": "wide", "teacher": "teacher"}]}
+    (tmp_path / "child.yaml").write_text(yaml.safe_dump(child))
+    cfg = load_recipe(str(tmp_path / "child.yaml"))
+    assert cfg["name"] == "child" and cfg["seed"] == 3 and cfg["train"] == {"lr": 0.1}
+    assert cfg["models"] == {"teacher": {"a": 1}, "student": {"b": 5}, "wide": {"c": 3}}
+    assert [s["name"] for s in cfg["steps"]] == ["teacher", "wide"]
+
+    child["base_steps"] = ["teachr"]
+    (tmp_path / "child.yaml").write_text(yaml.safe_dump(child))
+    with pytest.raises(DistillError, match=r"base_steps \['teachr'\] are not steps of .*base.yaml; its steps are \['teacher', 'student'\]"):
+        load_recipe(str(tmp_path / "child.yaml"))

@@ -24,7 +24,11 @@ setup(
         "tqdm",
         "pyyaml",
     ],
-    extras_require={"test": ["pytest", "matplotlib"], "plots": ["matplotlib"]},
+    extras_require={
+        "test": ["pytest", "matplotlib", "ctranslate2>=4.0"],
+        "plots": ["matplotlib"],
+        "deploy": ["ctranslate2>=4.0"],  # CTranslate2 export and backend
+    },
     entry_points={
         "console_scripts": [
             "fsd-prepare-corpus=fairseq_distill.cli.prepare_corpus:main",
@@ -34,6 +38,8 @@ setup(
             "fsd-alp-heatmap=fairseq_distill.cli.alp_heatmap:main",
             "fsd-a2d-heatmap=fairseq_distill.cli.a2d_heatmap:main",
             "fsd-extract-student=fairseq_distill.cli.extract_student:main",
+            "fsd-export-ctranslate2=fairseq_distill.cli.export_ctranslate2:main",
+            "fsd-translate=fairseq_distill.cli.translate:main",
         ]
     },
 )

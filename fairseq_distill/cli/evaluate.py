@@ -1,11 +1,17 @@
 """Evaluate a checkpoint: fairseq-generate on a test set, detokenised output, sacreBLEU.
 
     fsd-evaluate CHECKPOINT DATA_BIN [--subset test] [--beam 4]
+    fsd-evaluate CHECKPOINT DATA_BIN --ctranslate2 CT2_DIR [CT2_DIR ...]
 
 References are the raw test sentences kept by ``prepare_corpus`` (``DATA_BIN/raw``);
 for data prepared otherwise, the detokenised target side of the binarized test set.
 Writes ``CHECKPOINT_STEM.SUBSET.hyp.txt`` and ``CHECKPOINT_STEM.SUBSET.eval.json`` next to
 the checkpoint and prints one summary line.
+
+With ``--ctranslate2``, the raw test source is translated by the fairseq checkpoint and by
+each CTranslate2 export of it through the same code (segmentation, length-sorted batches,
+beam, length limits), one after the other in this process, and one table compares BLEU,
+speed and model file size (``--out`` saves it as JSON).
 """
 import argparse
 import json
@@ -17,7 +23,7 @@ from sacrebleu.metrics import BLEU
 
 from fairseq_distill.checkpoint import count_parameters
 from fairseq_distill.cli.generation import run_generate
-from fairseq_distill.cli.prepare_corpus import load_meta
+from fairseq_distill.segmentation import load_meta
 from fairseq_distill.errors import DistillError
 
 POST_PROCESS = {"sentencepiece": "sentencepiece", "subword_nmt": "subword_nmt"}
@@ -98,6 +104,48 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
     return record
 
 
+def evaluate_backends(checkpoint, data_bin, ct2_dirs, subset="test", options=None, batch_size=64):
+    """BLEU, tokens/s and model size of the fairseq checkpoint and its CTranslate2 exports."""
+    from fairseq_distill.translators import (CTranslate2Translator, DecodingOptions, FairseqTranslator,
+                                             read_deployment, translate_lines)
+    from fairseq_distill.segmentation import Segmenter
+
+    options = options or DecodingOptions()
+    meta = load_meta(data_bin)
+    if not meta or subset not in meta.get("raw", {}):
+        raise DistillError(f"{data_bin} keeps no raw '{subset}' text (prepare it with prepare_corpus)")
+    with open(os.path.join(data_bin, meta["raw"][subset][meta["source_lang"]]), encoding="utf-8") as f:
+        sources = f.read().splitlines()
+    refs, _ = read_references(data_bin, subset, meta, None)
+    segmenter = Segmenter.from_dir(data_bin)
+    candidates = [("fairseq (float32)", lambda: FairseqTranslator(checkpoint, data_bin, options),
+                   os.path.getsize(checkpoint.split(":")[0]))]
+    for d in ct2_dirs:
+        info = read_deployment(d)
+        candidates.append((f"ctranslate2 ({info['quantization']})", lambda d=d: CTranslate2Translator(d, options),
+                           os.path.getsize(os.path.join(d, "model.bin"))))
+    rows = []
+    for name, make, size in candidates:
+        translator = make()
+        translator.translate([segmenter.encode(sources[0])])  # warm-up: first-call costs are not speed
+        run = translate_lines(sources, translator, segmenter, batch_size)
+        bleu = BLEU()
+        score = bleu.corpus_score(run.outputs, [refs])
+        rows.append({"backend": name, "bleu": round(score.score, 2), "bleu_signature": str(bleu.get_signature()),
+                     "tokens_per_second": round(run.tokens_per_second, 1),
+                     "sentences_per_second": round(run.sentences / run.seconds, 2) if run.seconds else 0.0,
+                     "seconds": round(run.seconds, 2), "model_file_mib": round(size / 2**20, 2),
+                     "outputs": run.outputs})
+    return rows
+
+
+def backends_table(rows) -> str:
+    lines = ["| backend | BLEU | tokens/s | sentences/s | model file |", "|---|---|---|---|---|"]
+    lines += [f"| {r['backend']} | {r['bleu']:.2f} | {r['tokens_per_second']:.0f} | "
+              f"{r['sentences_per_second']:.1f} | {r['model_file_mib']:.1f} MiB |" for r in rows]
+    return "\n".join(lines)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
     p.add_argument("checkpoint", help="checkpoint (several separated by ':' decode as an ensemble)")
@@ -109,7 +157,25 @@ def main(argv=None):
     p.add_argument("--max-len-a", type=float, default=1.2)
     p.add_argument("--max-len-b", type=int, default=10)
     p.add_argument("--out", help="JSON record path (default: next to the checkpoint)")
+    p.add_argument("--ctranslate2", nargs="+", metavar="CT2_DIR",
+                   help="also evaluate these CTranslate2 exports of the checkpoint and compare")
     args, extra = p.parse_known_args(argv)
+    if args.ctranslate2:
+        from fairseq_distill.translators import DecodingOptions
+
+        try:
+            rows = evaluate_backends(args.checkpoint, args.data_bin, args.ctranslate2, args.subset,
+                                     DecodingOptions(args.beam, args.lenpen, args.max_len_a, args.max_len_b),
+                                     args.batch_size)
+        except DistillError as e:
+            sys.exit(f"evaluate: error: {e}")
+        print(backends_table(rows))
+        if args.out:
+            with open(args.out, "w", encoding="utf-8") as f:
+                json.dump({"checkpoint": args.checkpoint, "subset": args.subset, "beam": args.beam,
+                           "batch_size": args.batch_size,
+                           "rows": [{k: v for k, v in r.items() if k != "outputs"} for r in rows]}, f, indent=2)
+        return
     try:
         r = evaluate(args.checkpoint, args.data_bin, args.subset, args.beam, args.lenpen,
                      args.batch_size, args.max_len_a, args.max_len_b, args.out, extra)

@@ -25,8 +25,8 @@ import sys
 import time
 
 from fairseq_distill.errors import DistillError
+from fairseq_distill.segmentation import META_FILE, Segmenter
 
-META_FILE = "fairseq_distill.json"
 
 
 def open_text(path):
@@ -97,13 +97,6 @@ def train_sentencepiece(train_files, model_prefix, vocab_size, model_type):
     return model_prefix + ".model"
 
 
-def encode_sentencepiece(model_path, lines):
-    import sentencepiece as spm
-
-    sp = spm.SentencePieceProcessor(model_file=model_path)
-    return [" ".join(pieces) for pieces in sp.encode(lines, out_type=str)]
-
-
 def learn_subword_nmt(train_files, codes_path, num_merges):
     from subword_nmt.learn_bpe import learn_bpe
 
@@ -116,14 +109,6 @@ def learn_subword_nmt(train_files, codes_path, num_merges):
         learn_bpe(inp, out, num_merges)
     os.remove(joint)
     return codes_path
-
-
-def encode_subword_nmt(codes_path, lines):
-    from subword_nmt.apply_bpe import BPE
-
-    with open(codes_path, encoding="utf-8") as f:
-        bpe = BPE(f)
-    return [bpe.process_line(line.strip()) for line in lines]
 
 
 def fairseq_preprocess(src, tgt, tok_dir, bin_dir, test_names, workers, srcdict=None):
@@ -175,11 +160,11 @@ def prepare(args):
         model = train_sentencepiece(
             train_raw, os.path.join(bin_dir, "sentencepiece"), args.vocab_size, args.spm_model_type
         )
-        encode = lambda lines: encode_sentencepiece(model, lines)  # noqa: E731
+        encode = Segmenter("sentencepiece", model).encode_lines
         bpe_meta = {"bpe": "sentencepiece", "sentencepiece_model": "sentencepiece.model"}
     else:
         codes = learn_subword_nmt(train_raw, os.path.join(bin_dir, "bpe.codes"), args.vocab_size)
-        encode = lambda lines: encode_subword_nmt(codes, lines)  # noqa: E731
+        encode = Segmenter("subword_nmt", codes).encode_lines
         bpe_meta = {"bpe": "subword_nmt", "bpe_codes": "bpe.codes"}
     print(f"[prepare] learned a joint {args.bpe} model (size {args.vocab_size})")
 
@@ -206,15 +191,6 @@ def prepare(args):
         json.dump(meta, f, indent=2)
     print(f"[prepare] done in {time.time() - started:.0f}s: {bin_dir}")
     return meta_path
-
-
-def load_meta(data_bin):
-    """The metadata written by ``prepare``; None for data prepared some other way."""
-    path = os.path.join(data_bin, META_FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 def build_parser():

@@ -26,7 +26,7 @@ import time
 from fairseq.data import Dictionary, data_utils
 
 from fairseq_distill.cli.generation import run_generate
-from fairseq_distill.cli.prepare_corpus import META_FILE, load_meta
+from fairseq_distill.segmentation import META_FILE, load_meta
 from fairseq_distill.errors import DistillError
 
 

@@ -1,0 +1,34 @@
+"""Export a student checkpoint to CTranslate2 for deployment (raw text in, text out).
+
+    fsd-export-ctranslate2 CHECKPOINT DATA_BIN OUT_DIR [--quantization int8|int8_float32|int16|float32]
+
+DATA_BIN is the directory the student was trained on (its dictionaries and subword model
+are copied beside the converted model). Translate with
+``scripts/translate.py --backend ctranslate2 --model-dir OUT_DIR``.
+"""
+import argparse
+import sys
+
+from fairseq_distill.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
+from fairseq_distill.errors import DistillError
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("checkpoint")
+    p.add_argument("data_bin")
+    p.add_argument("out_dir")
+    p.add_argument("--quantization", default="int8", choices=QUANTIZATIONS, help="default int8")
+    p.add_argument("--force", action="store_true", help="replace a non-empty OUT_DIR")
+    args = p.parse_args(argv)
+    try:
+        info = export_ctranslate2(args.checkpoint, args.data_bin, args.out_dir, args.quantization, args.force)
+    except DistillError as e:
+        sys.exit(f"export_ctranslate2: error: {e}")
+    print(f"[export] {info['out_dir']}: {info['arch']} as CTranslate2 {info['quantization']}, "
+          f"model.bin {info['model_bytes'] / 2**20:.1f} MiB, {info['source_lang']}->{info['target_lang']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Export a student to CTranslate2 (optionally int8-quantised) for deployment.
+
+The result is a directory that translates raw text on its own: the converted model, the
+subword model and metadata of the data it was trained on, and ``fairseq_distill_deploy.json``
+(languages, quantisation, source checkpoint, input limit).
+
+CTranslate2's fairseq converter reads a checkpoint whose model options are a legacy
+``argparse`` namespace that also names the task and data; students exported by this plugin
+store plain dicts, so the converter gets a temporary checkpoint in that form, written here.
+"""
+import argparse
+import json
+import os
+import shutil
+import tempfile
+
+import torch
+from omegaconf import OmegaConf
+
+from fairseq_distill.checkpoint import load_checkpoint, plain_model_config
+from fairseq_distill.errors import DistillError
+from fairseq_distill.segmentation import META_FILE, load_meta
+from fairseq_distill.translators import DEPLOY_FILE
+
+QUANTIZATIONS = ("int8", "int8_float32", "int16", "float32")
+
+# what our own architectures add that CTranslate2's Transformer cannot express
+UNSUPPORTED = {
+    "deep_transformer": "relative position representations in self-attention (architecture "
+                        "deep_transformer); CTranslate2's fairseq converter supports absolute "
+                        "positions only",
+}
+
+
+def converter_args(model_cfg: dict, data_bin: str, source_lang: str, target_lang: str) -> argparse.Namespace:
+    args = argparse.Namespace(**{k: v for k, v in model_cfg.items() if not k.startswith("_")})
+    args.arch = model_cfg.get("arch") or model_cfg.get("_name")
+    args.task, args.data = "translation", data_bin
+    args.source_lang, args.target_lang = source_lang, target_lang
+    return args
+
+
+def export_ctranslate2(checkpoint: str, data_bin: str, out_dir: str, quantization: str = "int8",
+                       force: bool = False) -> dict:
+    try:
+        from ctranslate2.converters import FairseqConverter
+    except ImportError as e:
+        raise DistillError("CTranslate2 export needs the package: pip install ctranslate2") from e
+    if quantization not in QUANTIZATIONS:
+        raise DistillError(f"unknown quantization '{quantization}'; choose one of {', '.join(QUANTIZATIONS)}")
+    meta = load_meta(data_bin)
+    if meta is None:
+        raise DistillError(f"{data_bin} has no {META_FILE}: use the data directory the student was "
+                           f"trained on, as written by prepare_corpus")
+    if os.path.exists(out_dir) and os.listdir(out_dir) and not force:
+        raise DistillError(f"output directory '{out_dir}' exists and is not empty; pass --force to replace it")
+
+    state = load_checkpoint(checkpoint)
+    cfg = state["cfg"]["model"]
+    model_cfg = plain_model_config(cfg if isinstance(cfg, argparse.Namespace)
+                                   else OmegaConf.to_container(cfg, resolve=True))
+    arch = model_cfg.get("arch") or model_cfg.get("_name")
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    model_name = ARCH_MODEL_NAME_REGISTRY.get(arch)
+    if model_name in UNSUPPORTED:
+        raise DistillError(f"{checkpoint} cannot be exported to CTranslate2: {UNSUPPORTED[model_name]}")
+
+    src, tgt = meta["source_lang"], meta["target_lang"]
+    with tempfile.TemporaryDirectory() as tmp:
+        legacy = os.path.join(tmp, "checkpoint.pt")
+        torch.save({"args": converter_args(model_cfg, data_bin, src, tgt), "model": state["model"]}, legacy)
+        converter = FairseqConverter(legacy, data_bin, source_lang=src, target_lang=tgt)
+        try:
+            converter.convert(out_dir, quantization=None if quantization == "float32" else quantization,
+                              force=True)
+        except (ValueError, NotImplementedError) as e:  # the converter's own "not supported" checks
+            raise DistillError(f"CTranslate2 cannot convert {checkpoint}: {e}") from e
+
+    # what translating raw text needs: the subword model and the data's metadata
+    kept = {k: v for k, v in meta.items() if k in ("source_lang", "target_lang", "bpe",
+                                                   "sentencepiece_model", "bpe_codes")}
+    for key in ("sentencepiece_model", "bpe_codes"):
+        if meta.get(key):
+            shutil.copy(os.path.join(data_bin, meta[key]), os.path.join(out_dir, meta[key]))
+    with open(os.path.join(out_dir, META_FILE), "w", encoding="utf-8") as f:
+        json.dump(kept, f, indent=2)
+    info = {
+        "source_checkpoint": os.path.abspath(checkpoint),
+        "arch": arch,
+        "quantization": quantization,
+        "source_lang": src,
+        "target_lang": tgt,
+        "max_source_positions": int(model_cfg.get("max_source_positions") or 1024),
+    }
+    with open(os.path.join(out_dir, DEPLOY_FILE), "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=2)
+    info["model_bytes"] = os.path.getsize(os.path.join(out_dir, "model.bin"))
+    info["out_dir"] = out_dir
+    return info

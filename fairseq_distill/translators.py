@@ -1,0 +1,176 @@
+"""Translate raw text with a student: fairseq or CTranslate2 behind one interface.
+
+A translator maps batches of subword sequences to subword sequences;
+:func:`translate_lines` does the rest for both backends alike: segmentation, empty lines,
+over-long inputs, length-sorted batching, output in input order, progress and speed.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import torch
+
+from fairseq_distill.errors import DistillError
+from fairseq_distill.segmentation import Segmenter
+
+BACKENDS = ("fairseq", "ctranslate2")
+DEPLOY_FILE = "fairseq_distill_deploy.json"
+
+
+@dataclass
+class DecodingOptions:
+    beam: int = 4
+    lenpen: float = 1.0
+    # output length limit a·(source length incl. </s>) + b, fairseq-generate's rule
+    max_len_a: float = 1.2
+    max_len_b: int = 10
+
+
+class FairseqTranslator:
+    """A fairseq checkpoint (or ``:``-separated ensemble) with the dictionaries of ``data_bin``."""
+
+    name = "fairseq"
+
+    def __init__(self, checkpoint: str, data_bin: str, options: DecodingOptions):
+        from fairseq import checkpoint_utils, utils
+
+        import fairseq_distill  # noqa: F401  (registers our architectures, checkpoint loading)
+
+        for path in checkpoint.split(":"):
+            if not os.path.isfile(path):
+                raise DistillError(f"checkpoint not found: '{path}'")
+        models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+            checkpoint.split(":"), arg_overrides={"data": data_bin})
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.models = [m.to(device).eval() for m in models]
+        self.task, self.device = task, device
+        self.generator = task.build_generator(self.models, argparse.Namespace(
+            beam=options.beam, lenpen=options.lenpen, max_len_a=options.max_len_a,
+            max_len_b=options.max_len_b))
+        max_source = utils.resolve_max_positions(task.max_positions(), *[m.max_positions() for m in models])[0]
+        self.max_source_tokens = max_source - 1  # room for </s>
+
+    def translate(self, batch: List[List[str]]) -> List[List[str]]:
+        from fairseq import utils
+
+        src_dict, tgt_dict = self.task.source_dictionary, self.task.target_dictionary
+        tokens = [src_dict.encode_line(" ".join(p), add_if_not_exist=False, append_eos=True).long()
+                  for p in batch]
+        dataset = self.task.build_dataset_for_inference(tokens, [t.numel() for t in tokens])
+        sample = dataset.collater([dataset[i] for i in range(len(tokens))])
+        if self.device.type == "cuda":
+            sample = utils.move_to_cuda(sample)
+        with torch.no_grad():
+            hypos = self.task.inference_step(self.generator, self.models, sample)
+        out: List[Optional[List[str]]] = [None] * len(batch)
+        for i, sentence_id in enumerate(sample["id"].tolist()):
+            out[sentence_id] = tgt_dict.string(hypos[i][0]["tokens"].int().cpu()).split()
+        return out
+
+
+class CTranslate2Translator:
+    """A model directory written by :mod:`fairseq_distill.ctranslate2_export`."""
+
+    name = "ctranslate2"
+
+    def __init__(self, model_dir: str, options: DecodingOptions, device: Optional[str] = None):
+        try:
+            import ctranslate2
+        except ImportError as e:
+            raise DistillError("the ctranslate2 backend needs the package: pip install ctranslate2") from e
+        info = read_deployment(model_dir)
+        self.options = options
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.translator = ctranslate2.Translator(model_dir, device=device, intra_threads=torch.get_num_threads())
+        self.max_source_tokens = info["max_source_positions"] - 1
+        self.quantization = info["quantization"]
+
+    def translate(self, batch: List[List[str]]) -> List[List[str]]:
+        o = self.options
+        limits = [int(o.max_len_a * (len(p) + 1) + o.max_len_b) for p in batch]
+        # CTranslate2 takes one limit per call: decode to the batch's largest, then cut each
+        # output to its own sentence's limit, so that an output does not depend on its batch
+        # (exactly so for greedy search)
+        results = self.translator.translate_batch(batch, beam_size=o.beam, length_penalty=o.lenpen,
+                                                  max_decoding_length=max(limits))
+        return [r.hypotheses[0][:limit] for r, limit in zip(results, limits)]
+
+
+def read_deployment(model_dir: str) -> dict:
+    path = os.path.join(model_dir, DEPLOY_FILE)
+    if not os.path.isfile(path):
+        raise DistillError(f"{model_dir} is not a CTranslate2 model exported by export_ctranslate2 "
+                           f"(no {DEPLOY_FILE}); export it with scripts/export_ctranslate2.sh")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+@dataclass
+class TranslationRun:
+    outputs: List[str]
+    sentences: int = 0          # non-empty inputs translated
+    generated_tokens: int = 0   # output subword tokens, one </s> per sentence included (as fairseq counts)
+    seconds: float = 0.0        # translation only (no loading)
+    truncated: List[int] = field(default_factory=list)  # 1-based numbers of truncated lines
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def translate_lines(lines: List[str], translator, segmenter: Segmenter, batch_size: int = 64,
+                    progress: bool = True) -> TranslationRun:
+    """Translate raw lines; empty lines stay empty, order is kept, inputs longer than the
+    model accepts are cut to its limit with a warning on standard error."""
+    if batch_size < 1:
+        raise DistillError(f"batch size must be at least 1, got {batch_size}")
+    run = TranslationRun(outputs=[""] * len(lines))
+    pieces = {}
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        p = segmenter.encode(line)
+        if len(p) > translator.max_source_tokens:
+            print(f"[translate] warning: line {i + 1} has {len(p)} subword tokens; the model takes at "
+                  f"most {translator.max_source_tokens}, so it is truncated to that", file=sys.stderr)
+            p = p[: translator.max_source_tokens]
+            run.truncated.append(i + 1)
+        pieces[i] = p
+    order = sorted(pieces, key=lambda i: len(pieces[i]))
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(order), desc=f"translate ({translator.name})", unit="sent", file=sys.stderr)
+    started = time.perf_counter()
+    for start in range(0, len(order), batch_size):
+        ids = order[start:start + batch_size]
+        outputs = translator.translate([pieces[i] for i in ids])
+        for i, out in zip(ids, outputs):
+            run.outputs[i] = segmenter.decode(out)
+            run.generated_tokens += len(out) + 1
+        if bar is not None:
+            bar.update(len(ids))
+    run.seconds = time.perf_counter() - started
+    run.sentences = len(order)
+    if bar is not None:
+        bar.close()
+    return run
+
+
+def build_translator(backend: str, options: DecodingOptions, checkpoint: Optional[str] = None,
+                     data_bin: Optional[str] = None, model_dir: Optional[str] = None):
+    """The translator and the segmenter that goes with it."""
+    if backend == "fairseq":
+        if not (checkpoint and data_bin):
+            raise DistillError("the fairseq backend needs --checkpoint and --data-bin")
+        return FairseqTranslator(checkpoint, data_bin, options), Segmenter.from_dir(data_bin)
+    if backend == "ctranslate2":
+        if not model_dir:
+            raise DistillError("the ctranslate2 backend needs --model-dir (from export_ctranslate2)")
+        return CTranslate2Translator(model_dir, options), Segmenter.from_dir(model_dir)
+    raise DistillError(f"unknown backend '{backend}'; choose one of {', '.join(BACKENDS)}")

@@ -40,6 +40,7 @@ setup(
             "fsd-extract-student=fairseq_distill.cli.extract_student:main",
             "fsd-export-ctranslate2=fairseq_distill.cli.export_ctranslate2:main",
             "fsd-translate=fairseq_distill.cli.translate:main",
+            "fsd-depth-strategies=fairseq_distill.cli.depth_strategies:main",
         ]
     },
 )

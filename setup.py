@@ -41,6 +41,7 @@ setup(
             "fsd-export-ctranslate2=fairseq_distill.cli.export_ctranslate2:main",
             "fsd-translate=fairseq_distill.cli.translate:main",
             "fsd-depth-strategies=fairseq_distill.cli.depth_strategies:main",
+            "fsd-export-subnetwork=fairseq_distill.cli.export_subnetwork:main",
         ]
     },
 )

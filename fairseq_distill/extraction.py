@@ -149,3 +149,39 @@ def verify_checkpoint(path: str):
         logits = model(tokens, torch.tensor([3]), torch.full((1, 2), tgt.eos(), dtype=torch.long))[0]
     if not torch.isfinite(logits).all():
         raise DistillError(f"the written student {path} loads but produces non-finite output")
+
+
+def extract_subnetwork(checkpoint: str, output: str, encoder_depth: Optional[int] = None,
+                       decoder_depth: Optional[int] = None) -> dict:
+    """One (encoder depth, decoder depth) sub-network of a ``flexible_transformer`` as an
+    ordinary pre-norm ``transformer`` checkpoint that stock fairseq loads."""
+    import argparse as _argparse
+
+    from fairseq_distill.models.flexible_transformer import subnetworks
+
+    state = load_checkpoint(checkpoint)
+    cfg = state["cfg"]["model"]
+    arch = getattr(cfg, "arch", None) or getattr(cfg, "_name", None)
+    if not str(arch).startswith("flexible_transformer"):
+        raise DistillError(f"{checkpoint} is a '{arch}' model, not a flexible_transformer")
+    options = _argparse.Namespace(**{k: getattr(cfg, k, None) for k in (
+        "encoder_layers", "decoder_layers", "encoder_depths", "decoder_depths", "depth_strategy")})
+    kept = {}
+    for side, depth in (("encoder", encoder_depth), ("decoder", decoder_depth)):
+        plans = subnetworks(options, side)
+        depth = depth or max(plans)
+        if depth not in plans:
+            raise DistillError(f"{side} depth {depth} is not one of this model's {side} depths {sorted(plans)}")
+        kept[side] = plans[depth]
+    updates = {
+        "arch": "transformer", "_name": "transformer",
+        "encoder_layers": len(kept["encoder"]), "decoder_layers": len(kept["decoder"]),
+        "encoder_normalize_before": True, "decoder_normalize_before": True,
+        "encoder_depths": None, "decoder_depths": None, "depth_strategy": None,
+        "encoder_depth": None, "decoder_depth": None,
+    }
+    info = export_decoding_checkpoint(checkpoint, output, model_weights=select_layers(state["model"], kept),
+                                      model_cfg_updates=updates, state=state)
+    verify_checkpoint(output)
+    info["kept"] = {side: [i + 1 for i in layers] for side, layers in kept.items()}
+    return info

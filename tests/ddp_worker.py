@@ -3,6 +3,7 @@
 Only rank 0 writes checkpoints in fairseq, so to compare replicas each rank saves its
 model's (and criterion's) state when validation starts (after the last update) to $FSD_REPLICA_DUMP/rank{R}.pt.
 Usage: python tests/ddp_worker.py <fairseq-train arguments> --task translation_distill_replica_dump
+(or translation_multidepth_replica_dump for flexible-depth training).
 """
 import json
 import os
@@ -17,10 +18,10 @@ from fairseq_distill.tasks.translation_distill import (  # noqa: E402
     TranslationDistillConfig,
     TranslationDistillTask,
 )
+from fairseq_distill.tasks.translation_multidepth import MultiDepthConfig, MultiDepthTranslationTask  # noqa: E402
 
 
-@register_task("translation_distill_replica_dump", dataclass=TranslationDistillConfig)
-class ReplicaDumpTask(TranslationDistillTask):
+class ReplicaDump:
     def build_criterion(self, cfg, *args, **kwargs):
         self.dumped_criterion = super().build_criterion(cfg, *args, **kwargs)
         return self.dumped_criterion
@@ -51,6 +52,16 @@ class ReplicaDumpTask(TranslationDistillTask):
         torch.save(weights, os.path.join(os.environ["FSD_REPLICA_DUMP"], f"rank{rank}.pt"))
         with open(os.path.join(os.environ["FSD_REPLICA_DUMP"], f"draws{rank}.json"), "w") as f:
             json.dump(self.draws, f)
+
+
+@register_task("translation_distill_replica_dump", dataclass=TranslationDistillConfig)
+class ReplicaDumpTask(ReplicaDump, TranslationDistillTask):
+    pass
+
+
+@register_task("translation_multidepth_replica_dump", dataclass=MultiDepthConfig)
+class MultiDepthReplicaDumpTask(ReplicaDump, MultiDepthTranslationTask):
+    pass
 
 
 if __name__ == "__main__":

@@ -110,3 +110,29 @@ class StochasticLayerStack(nn.ModuleList):
                 layer.set_sublayer_skipping(self.skip_probs[position],
                                             self.skipped[position] if self.training else (False, False))
             yield layer
+
+
+class SubnetworkLayerStack(nn.ModuleList):
+    """The layer list of a flexible-depth stack: iterating runs only the layers of the selected
+    depth's sub-network (a fixed, sorted list of indices per depth, see
+    :mod:`fairseq_distill.depth_strategies`); all layers stay registered, so every depth
+    shares the same parameters and checkpoint."""
+
+    def __init__(self, layers: Sequence[nn.Module], subnetworks=None, side: str = "stack"):
+        super().__init__(layers)
+        self.subnetworks = dict(subnetworks or {len(self): list(range(len(self)))})
+        self.side = side
+        self.depth = max(self.subnetworks)
+
+    def select(self, depth: int):
+        if depth not in self.subnetworks:
+            raise DistillError(f"{self.side} depth {depth} is not one this model was built for; "
+                               f"its {self.side} depths are {sorted(self.subnetworks)}")
+        self.depth = depth
+
+    @property
+    def active(self) -> List[int]:
+        return self.subnetworks[self.depth]
+
+    def __iter__(self):
+        return (self[i] for i in self.active)

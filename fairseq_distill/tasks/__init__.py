@@ -1,1 +1,1 @@
-from fairseq_distill.tasks import translation_distill  # noqa: F401
+from fairseq_distill.tasks import translation_distill, translation_multidepth  # noqa: F401

@@ -1,0 +1,31 @@
+"""Export one (encoder depth, decoder depth) sub-network of a flexible-depth model as an
+ordinary ``transformer`` checkpoint that stock ``fairseq-generate`` loads (no --user-dir).
+
+    fsd-export-subnetwork CHECKPOINT OUT.pt --encoder-depth 6 --decoder-depth 3
+"""
+import argparse
+import sys
+
+from fairseq_distill.errors import DistillError
+from fairseq_distill.extraction import extract_subnetwork
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("checkpoint", help="a flexible_transformer checkpoint")
+    p.add_argument("output")
+    p.add_argument("--encoder-depth", type=int, help="default: the largest")
+    p.add_argument("--decoder-depth", type=int, help="default: the largest")
+    args = p.parse_args(argv)
+    try:
+        info = extract_subnetwork(args.checkpoint, args.output, args.encoder_depth, args.decoder_depth)
+    except DistillError as e:
+        sys.exit(f"export_subnetwork: error: {e}")
+    print(f"[export] {info['path']}: transformer {len(info['kept']['encoder'])}+{len(info['kept']['decoder'])} "
+          f"(encoder layers {info['kept']['encoder']}, decoder layers {info['kept']['decoder']}), "
+          f"{info['parameters']:,} parameters; loads and runs (checked)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""``--arch flexible_transformer``: one pre-norm Transformer, decodable at many depths.
+
+After Wang, Xiao and Zhu (Findings of EMNLP 2021). An M-layer encoder and N-layer decoder
+support the depths that divide M and N (or the subsets ``--encoder-depths`` /
+``--decoder-depths``); depth d runs the fixed sub-network that ``--depth-strategy`` assigns
+to it (:mod:`fairseq_distill.depth_strategies`), with the embeddings and final layer norms
+shared by all depths. Training every (encoder depth, decoder depth) pair on each batch is
+the job of the ``translation_multidepth`` task; decoding picks one pair:
+
+    fairseq-generate ... --user-dir fairseq_distill \\
+        --model-overrides "{'encoder_depth': 6, 'decoder_depth': 3}"
+
+``scripts/export_subnetwork.py`` turns one pair into an ordinary ``transformer`` checkpoint.
+"""
+import argparse
+import contextlib
+
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerDecoder, TransformerEncoder, TransformerModel, base_architecture
+from omegaconf import OmegaConf
+
+from fairseq_distill.depth_strategies import STRATEGIES, DepthError, plan, supported_depths
+from fairseq_distill.errors import DistillError
+from fairseq_distill.modules.layer_stack import SubnetworkLayerStack
+
+
+def parse_depths(value):
+    """``"1,2,4"`` (or a list) -> [1, 2, 4]; empty/None -> None (all divisors)."""
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, str):
+        try:
+            return [int(x) for x in value.split(",") if x.strip()]
+        except ValueError:
+            raise DistillError(f"depths must be comma-separated integers, got '{value}'") from None
+    return [int(x) for x in value]
+
+
+def subnetworks(args, side: str) -> dict:
+    n = getattr(args, f"{side}_layers")
+    try:
+        depths = supported_depths(n, parse_depths(getattr(args, f"{side}_depths", None)), side)
+        return plan(n, depths, getattr(args, "depth_strategy", None) or "optimal")
+    except DepthError as e:
+        raise DistillError(str(e)) from None
+
+
+class FlexibleTransformerEncoder(TransformerEncoder):
+    def __init__(self, args, dictionary, embed_tokens, return_fc=False):
+        super().__init__(args, dictionary, embed_tokens, return_fc=return_fc)
+        self.layers = SubnetworkLayerStack(list(self.layers), subnetworks(args, "encoder"), "encoder")
+        self._reuse, self._cached = False, None
+
+    @contextlib.contextmanager
+    def reusing_output(self):
+        """Within this block, forwards after the first return the first one's output: the
+        decoder depths trained on one encoder depth share one encoder pass (and graph)."""
+        self._reuse, self._cached = True, None
+        try:
+            yield
+        finally:
+            self._reuse, self._cached = False, None
+
+    def forward(self, src_tokens, *args, **kwargs):
+        if self._reuse and self._cached is not None and self._cached[0] is src_tokens:
+            return self._cached[1]
+        out = super().forward(src_tokens, *args, **kwargs)
+        if self._reuse:
+            self._cached = (src_tokens, out)
+        return out
+
+
+class FlexibleTransformerDecoder(TransformerDecoder):
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
+                         output_projection=output_projection)
+        self.layers = SubnetworkLayerStack(list(self.layers), subnetworks(args, "decoder"), "decoder")
+
+
+@register_model("flexible_transformer")
+class FlexibleTransformerModel(TransformerModel):
+    @staticmethod
+    def add_args(parser):
+        TransformerModel.add_args(parser)
+        parser.add_argument("--encoder-depths", type=str, metavar="D1,D2,...",
+                            help="encoder depths to support (divisors of --encoder-layers; default all)")
+        parser.add_argument("--decoder-depths", type=str, metavar="D1,D2,...",
+                            help="decoder depths to support (divisors of --decoder-layers; default all)")
+        parser.add_argument("--depth-strategy", choices=STRATEGIES,
+                            help="which layers each depth uses (default optimal)")
+        parser.add_argument("--encoder-depth", type=int, metavar="M",
+                            help="encoder depth to run when not training every depth, e.g. when "
+                            "decoding (default: the largest)")
+        parser.add_argument("--decoder-depth", type=int, metavar="N",
+                            help="decoder depth to run when decoding (default: the largest)")
+
+    @classmethod
+    def build_model(cls, args, task):
+        if OmegaConf.is_config(args):
+            # stored options arrive as a DictConfig, whose non-dataclass keys (ours) fairseq's
+            # TransformerConfig.from_namespace would drop
+            args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
+        flexible_transformer(args)
+        for side in ("encoder", "decoder"):
+            if (getattr(args, f"{side}_layerdrop", 0) or 0) > 0:
+                raise DistillError(f"flexible_transformer trains its depths explicitly; drop --{side}-layerdrop "
+                                   f"(LayerDrop is the separate baseline, with --arch transformer)")
+        model = super().build_model(args, task)
+        model.set_depth(args.encoder_depth, args.decoder_depth)
+        return model
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return FlexibleTransformerEncoder(args, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return FlexibleTransformerDecoder(args, tgt_dict, embed_tokens,
+                                          no_encoder_attn=getattr(args, "no_cross_attention", False))
+
+    @property
+    def depths(self):
+        """(encoder depths, decoder depths) this model supports."""
+        return sorted(self.encoder.layers.subnetworks), sorted(self.decoder.layers.subnetworks)
+
+    @property
+    def depth(self):
+        return self.encoder.layers.depth, self.decoder.layers.depth
+
+    def set_depth(self, encoder_depth=None, decoder_depth=None):
+        """Run the (encoder_depth, decoder_depth) sub-network; None: the largest depth."""
+        enc, dec = self.depths
+        self.encoder.layers.select(encoder_depth or enc[-1])
+        self.decoder.layers.select(decoder_depth or dec[-1])
+
+
+@register_model_architecture("flexible_transformer", "flexible_transformer")
+def flexible_transformer(args):
+    # pre-norm, as in the paper; the flags are store_true, so this never undoes a choice
+    args.encoder_normalize_before = args.decoder_normalize_before = True
+    for name, value in (("encoder_depths", None), ("decoder_depths", None), ("depth_strategy", "optimal"),
+                        ("encoder_depth", None), ("decoder_depth", None)):
+        if not hasattr(args, name):
+            setattr(args, name, value)
+    base_architecture(args)

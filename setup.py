@@ -42,6 +42,7 @@ setup(
             "fsd-translate=fairseq_distill.cli.translate:main",
             "fsd-depth-strategies=fairseq_distill.cli.depth_strategies:main",
             "fsd-export-subnetwork=fairseq_distill.cli.export_subnetwork:main",
+            "fsd-evaluate-depths=fairseq_distill.cli.evaluate_depths:main",
         ]
     },
 )

@@ -167,3 +167,28 @@ def test_multidepth_data_parallel_replicas_identical(tiny_data, tmp_path):
         "--sample-encoder-depths", "2"], max_update=3)
     assert_identical_replicas(out, weights)
     assert "task_loss_e" in out
+
+
+def test_evaluate_depths_writes_tables_and_heat_map(tiny_data, multidepth_checkpoint, deep_teacher, tmp_path):
+    path, _ = multidepth_checkpoint
+    out = run(python_module("fairseq_distill.cli.evaluate_depths", path, tiny_data, "--out",
+                            str(tmp_path / "flex"), "--encoder-depths", "1,4", "--decoder-depths", "2",
+                            "--beam", "1")).stdout
+    rows = json.load(open(tmp_path / "flex.json"))["rows"]
+    assert [(r["encoder_depth"], r["decoder_depth"]) for r in rows] == [(1, 2), (4, 2)]
+    assert rows[0]["overrides"] == {"encoder_depth": 1, "decoder_depth": 2}
+    table = open(tmp_path / "flex.md").read()
+    assert re.search(r"^\| 1 \| [\d.]+ \|$", table, re.M) and re.search(r"^\| 4 \| [\d.]+ \|$", table, re.M)
+    assert os.path.getsize(tmp_path / "flex.png") > 1000 and "wrote" in out
+    # an ordinary Transformer (3+2 layers) pruned with LayerDrop's rule at decoding time
+    run(python_module("fairseq_distill.cli.evaluate_depths", deep_teacher, tiny_data, "--out",
+                      str(tmp_path / "pruned"), "--prune", "left", "--encoder-depths", "1,3",
+                      "--decoder-depths", "1", "--beam", "1"))
+    pruned = json.load(open(tmp_path / "pruned.json"))["rows"]
+    assert [r["overrides"] for r in pruned] == [
+        {"encoder_layers_to_keep": "0", "decoder_layers_to_keep": "0"},
+        {"encoder_layers_to_keep": "0,1,2", "decoder_layers_to_keep": "0"}]
+    assert pruned[0]["tokens_per_second"] > 0
+    bad = run(python_module("fairseq_distill.cli.evaluate_depths", deep_teacher, tiny_data, "--out",
+                            str(tmp_path / "x")), check=False)
+    assert bad.returncode != 0 and "is not a flexible_transformer; for an ordinary Transformer pass --prune" in bad.stdout

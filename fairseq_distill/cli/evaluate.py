@@ -44,7 +44,9 @@ def checkpoint_parameters(path):
 
 
 def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size=128,
-             max_len_a=1.2, max_len_b=10, out_json=None, extra_args=()):
+             max_len_a=1.2, max_len_b=10, out_json=None, extra_args=(), tag=None):
+    """``tag`` names this evaluation's files (``STEM.TAG.SUBSET.*``) when one checkpoint is
+    evaluated several ways (e.g. at several depths)."""
     for path in checkpoint.split(":"):
         if not os.path.isfile(path):
             raise DistillError(f"checkpoint not found: '{path}'")
@@ -54,7 +56,7 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
     post = POST_PROCESS.get((meta or {}).get("bpe"), "sentencepiece")
     total = (meta or {}).get("sizes", {}).get(subset)
     first = checkpoint.split(":")[0]
-    stem = os.path.splitext(first)[0]
+    stem = os.path.splitext(first)[0] + (f".{tag}" if tag else "")
     args = [
         "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
         "--max-len-a", str(max_len_a), "--max-len-b", str(max_len_b),

@@ -23,6 +23,8 @@ A recipe (see ``configs/*.yaml``)::
       - {name: student-gpkd, model: student, data: seqkd, init: {from: teacher, keep: top}}
       # two-stage training: continue another step's run (weights, optimizer, update count)
       - {name: teacher-stage2, model: teacher, continue: teacher, train: {skip-sublayer-rate: 0.4}}
+      # start from another step's weights only (fairseq's --finetune-from-model)
+      - {name: multidepth, model: flexible, finetune: full, train: {task: translation_multidepth}}
 
 Flags are written without the leading dashes; ``true`` means a bare switch.
 """
@@ -268,6 +270,8 @@ class Recipe:
             log(f"{step['name']}: initialised from layers {info['kept']} of {source}")
             return {"restore-file": init, "reset-optimizer": True, "reset-lr-scheduler": True,
                     "reset-meters": True, "reset-dataloader": True}
+        if step.get("finetune"):
+            return {"finetune-from-model": self.done[step["finetune"]]["training_checkpoint"]}
         if step.get("continue"):
             # weights, optimizer and learning-rate schedule go on; epochs count afresh, and the
             # best checkpoint is chosen among this stage's
@@ -313,6 +317,7 @@ class Recipe:
             "model": step["model"],
             "init": step.get("init"),
             "continues": step.get("continue"),
+            "finetunes": step.get("finetune"),
             "shape": {k: options.get(k) for k in ("arch", "encoder-layers", "decoder-layers",
                                                   "encoder-embed-dim", "encoder-ffn-embed-dim")},
             "criterion": options["criterion"],
@@ -365,7 +370,7 @@ def completed_epochs(iterator_state) -> int:
 def dependencies(step) -> List[str]:
     """Names of the steps whose files a step uses."""
     deps = [step.get("teacher"), step.get("data"), step.get("seqkd", {}).get("teacher"),
-            (step.get("init") or {}).get("from"), step.get("continue")]
+            (step.get("init") or {}).get("from"), step.get("continue"), step.get("finetune")]
     return [d for d in deps if d]
 
 
@@ -395,6 +400,8 @@ def markdown_table(rows) -> str:
             kd += f"; init: layers of {r['init']['from']} (keep {r['init'].get('keep', 'top')})"
         if r.get("continues"):
             kd += f"; continues {r['continues']}"
+        if r.get("finetunes"):
+            kd += f"; from {r['finetunes']}'s weights"
         lines.append(
             f"| {r['name']} | {s['encoder-layers']}+{s['decoder-layers']}, {s['encoder-embed-dim']}, "
             f"{s['encoder-ffn-embed-dim']} | {r['parameters'] / 1e6:.2f}M | {kd} | {r['data']} | "

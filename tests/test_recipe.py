@@ -89,6 +89,8 @@ def test_recipe_gpkd_pipeline_and_two_stage_training(tmp_path):
                                              "on-missing": "reference"}},
             {"name": "student-gpkd", "model": "student", "data": "seqkd-data",
              "init": {"from": "teacher", "keep": "top"}},
+            {"name": "teacher-finetuned", "model": "teacher", "finetune": "teacher-skip",
+             "train": {"max-update": 2}},
         ],
     }
     config = tmp_path / "gpkd.yaml"
@@ -102,8 +104,12 @@ def test_recipe_gpkd_pipeline_and_two_stage_training(tmp_path):
     rows = {r["name"]: r for r in json.load(open(tmp_path / "results" / "gpkd-tiny.json"))["rows"]}
     assert rows["teacher"]["updates"] == 4 and rows["teacher-skip"]["updates"] == 7
     assert rows["student-gpkd"]["updates"] == 4 and rows["student-gpkd"]["shape"]["encoder-layers"] == 2
+    # fine-tuning starts from the weights only: a fresh update count
+    assert re.search(r"--finetune-from-model \S+/teacher-skip-\w+/checkpoints/checkpoint_last\.pt", out)
+    assert "loading pretrained model from" in out and rows["teacher-finetuned"]["updates"] == 2
     table = open(tmp_path / "results" / "gpkd-tiny.md").read()
     assert "init: layers of teacher (keep top)" in table and "continues teacher" in table
+    assert "from teacher-skip's weights" in table
 
 
 def test_extends_inherits_settings_merges_models_and_selects_base_steps(tmp_path):

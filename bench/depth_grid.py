@@ -1,0 +1,70 @@
+"""BLEU and decoding speed at every encoder x decoder depth for the flexible-depth recipe.
+
+    .venv/bin/python bench/depth_grid.py configs/flexible_depth.yaml [--beam 4]
+
+Evaluates the trained runs of the recipe: multi-task models through depth overrides, the
+LayerDrop model pruned with LayerDrop's rule (``left``), and each individually trained
+model at its own depth. Writes ``bench/results/<recipe>_grid.{json,md}`` plus one heat map
+PNG per model.
+"""
+import argparse
+import json
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from fairseq_distill.cli.evaluate_depths import evaluate_depths  # noqa: E402
+from fairseq_distill.recipe import Recipe  # noqa: E402
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    p.add_argument("config")
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--workdir", default=None)
+    p.add_argument("--results", default=os.path.join(REPO, "bench", "results"))
+    args = p.parse_args(argv)
+    name = os.path.splitext(os.path.basename(args.config))[0]
+    recipe = Recipe(args.config, args.workdir or os.path.join(REPO, "work", name), None)
+    recipe.load_finished()
+    batch = recipe.cfg.get("eval", {}).get("batch-size", 128)
+    summary = {"recipe": recipe.name, "beam": args.beam, "models": {}}
+    sections = []
+    for step in recipe.cfg["steps"]:
+        record = recipe.done.get(step["name"])
+        if not record or record.get("kind") != "train":
+            continue
+        arch = record["shape"]["arch"]
+        multi = (step.get("train") or {}).get("task") == "translation_multidepth"
+        if multi or step["name"] == "layerdrop":
+            out = os.path.join(args.results, f"{recipe.name}_{step['name']}")
+            rows, table = evaluate_depths(record["checkpoint"], recipe.data_bin, out,
+                                          prune=None if arch == "flexible_transformer" else "left",
+                                          beam=args.beam, batch_size=batch, title=f"{recipe.name}: {step['name']}")
+            summary["models"][step["name"]] = {"rows": rows, "train_seconds": record["train_seconds"],
+                                               "epochs": record["epochs"], "updates": record["updates"]}
+            sections.append(table.replace(f"# {recipe.name}: {step['name']}", f"## {step['name']}"))
+        else:  # an individually trained model: its own depth only (recipe evaluation, same beam)
+            s = record["shape"]
+            summary["models"][step["name"]] = {"rows": [{"encoder_depth": s["encoder-layers"],
+                                                         "decoder_depth": s["decoder-layers"],
+                                                         "bleu": record["bleu"],
+                                                         "tokens_per_second": record["tokens_per_second"]}],
+                                               "train_seconds": record["train_seconds"], "epochs": record["epochs"]}
+            sections.append(f"## {step['name']}\n\n{s['encoder-layers']}+{s['decoder-layers']}: BLEU "
+                            f"{record['bleu']:.2f}, {record['tokens_per_second']:.0f} tokens/s "
+                            f"(trained {record['epochs']} epochs, {record['train_seconds'] / 60:.1f} min)\n")
+    if not summary["models"]:
+        sys.exit("depth_grid: error: nothing trained yet; run bench/run.py on the recipe first")
+    stem = os.path.join(args.results, f"{recipe.name}_grid")
+    with open(stem + ".json", "w") as f:
+        json.dump(summary, f, indent=2)
+    with open(stem + ".md", "w") as f:
+        f.write(f"# {recipe.name}: BLEU and speed by depth (test set, beam {args.beam})\n\n" + "\n".join(sections))
+    print("\n".join(sections))
+
+
+if __name__ == "__main__":
+    main()

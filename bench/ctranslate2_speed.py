@@ -20,7 +20,7 @@ import torch  # noqa: E402
 
 from fairseq_distill.cli.evaluate import backends_table, evaluate_backends  # noqa: E402
 from fairseq_distill.ctranslate2_export import export_ctranslate2  # noqa: E402
-from fairseq_distill.recipe import Recipe  # noqa: E402
+from fairseq_distill.recipe import finished_recipe  # noqa: E402
 from fairseq_distill.translators import DecodingOptions  # noqa: E402
 
 
@@ -34,9 +34,7 @@ def main(argv=None):
     p.add_argument("--results", default=os.path.join(REPO, "bench", "results"))
     args = p.parse_args(argv)
 
-    name = os.path.splitext(os.path.basename(args.config))[0]
-    recipe = Recipe(args.config, args.workdir or os.path.join(REPO, "work", name), None)
-    recipe.load_finished()
+    recipe = finished_recipe(args.config, args.workdir)
     rows = [r for r in recipe.done.values() if r.get("kind") == "train"]
     if args.run:
         chosen = recipe.done.get(args.run)

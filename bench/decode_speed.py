@@ -20,7 +20,7 @@ sys.path.insert(0, REPO)
 import torch  # noqa: E402
 
 from fairseq_distill.cli.evaluate import evaluate  # noqa: E402
-from fairseq_distill.recipe import Recipe  # noqa: E402
+from fairseq_distill.recipe import finished_recipe  # noqa: E402
 
 
 def main(argv=None):
@@ -34,9 +34,7 @@ def main(argv=None):
     p.add_argument("--results", default=os.path.join(REPO, "bench", "results"))
     args = p.parse_args(argv)
 
-    name = os.path.splitext(os.path.basename(args.config))[0]
-    recipe = Recipe(args.config, args.workdir or os.path.join(REPO, "work", name), None)
-    recipe.load_finished()
+    recipe = finished_recipe(args.config, args.workdir)
     trained = [s["name"] for s in recipe.cfg["steps"] if recipe.done.get(s["name"], {}).get("kind") == "train"]
     runs = [args.reference] + [r for r in (args.runs or trained) if r != args.reference]
     missing = [r for r in runs if r not in trained]

@@ -16,7 +16,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from fairseq_distill.cli.evaluate_depths import evaluate_depths  # noqa: E402
-from fairseq_distill.recipe import Recipe  # noqa: E402
+from fairseq_distill.recipe import finished_recipe  # noqa: E402
 
 
 def main(argv=None):
@@ -26,9 +26,7 @@ def main(argv=None):
     p.add_argument("--workdir", default=None)
     p.add_argument("--results", default=os.path.join(REPO, "bench", "results"))
     args = p.parse_args(argv)
-    name = os.path.splitext(os.path.basename(args.config))[0]
-    recipe = Recipe(args.config, args.workdir or os.path.join(REPO, "work", name), None)
-    recipe.load_finished()
+    recipe = finished_recipe(args.config, args.workdir)
     batch = recipe.cfg.get("eval", {}).get("batch-size", 128)
     summary = {"recipe": recipe.name, "beam": args.beam, "models": {}}
     sections = []

@@ -30,7 +30,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
 from fairseq.trainer import Trainer  # noqa: E402
 
 import fairseq_distill  # noqa: E402,F401
-from fairseq_distill.recipe import Recipe, flags  # noqa: E402
+from fairseq_distill.recipe import finished_recipe, flags  # noqa: E402
 
 
 def time_step(data, train_flags, warmup, steps, max_tokens):
@@ -83,9 +83,7 @@ def peak_memory() -> int:
 
 def measure_one(args):
     """Child process: time one step of the recipe and print the result as JSON."""
-    name = os.path.splitext(os.path.basename(args.config))[0]
-    recipe = Recipe(args.config, args.workdir or os.path.join(REPO, "work", name), None)
-    recipe.load_finished()
+    recipe = finished_recipe(args.config, args.workdir)
     step = next(s for s in recipe.cfg["steps"] if s["name"] == args.one)
     opts = recipe.train_options(step, os.path.join(recipe.workdir, "step_cost_unused"))
     for key in ("save-dir", "log-format", "no-epoch-checkpoints"):
@@ -108,9 +106,7 @@ def main():
     args = p.parse_args()
     if args.one:
         return measure_one(args)
-    name = os.path.splitext(os.path.basename(args.config))[0]
-    recipe = Recipe(args.config, args.workdir or os.path.join(REPO, "work", name), None)
-    recipe.load_finished()
+    recipe = finished_recipe(args.config, args.workdir)
 
     rows = []
     for step in recipe.cfg["steps"]:

@@ -19,11 +19,16 @@ Everything version-dependent lives here, so the rest of the plugin reads as plai
    itself turns that path off for good once it has been in training mode
    (``ever_training``); :func:`use_unfused_encoder_layers` sets that flag. Later fairseq
    builds have no such path and no such attribute.
+4. fairseq's ``TransformerConfig.from_namespace`` keeps the options it does not know (such
+   as our models' own) when given an ``argparse.Namespace``, but drops them from a
+   ``DictConfig``, the form a checkpoint's stored options take when loaded;
+   :func:`legacy_model_args` hands our models a Namespace either way.
 """
 import argparse
 import inspect
 
 import torch
+from omegaconf import OmegaConf
 
 
 def allow_namespace_in_checkpoints():
@@ -56,3 +61,10 @@ def use_unfused_encoder_layers(model: torch.nn.Module):
     for module in model.modules():
         if getattr(module, "ever_training", True) is False:
             module.ever_training = True
+
+
+def legacy_model_args(args):
+    """The model options as an ``argparse.Namespace`` (see 4. above)."""
+    if OmegaConf.is_config(args):
+        return argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
+    return args

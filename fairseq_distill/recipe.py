@@ -362,6 +362,15 @@ class Recipe:
         return rows
 
 
+def finished_recipe(config: str, workdir=None) -> Recipe:
+    """A recipe with its finished steps loaded and nothing run (for analysis and benchmarks);
+    ``workdir`` defaults to the runner's, ``work/<config name>``."""
+    name = os.path.splitext(os.path.basename(config))[0]
+    recipe = Recipe(config, workdir or os.path.join(REPO, "work", name), None)
+    recipe.load_finished()
+    return recipe
+
+
 def completed_epochs(iterator_state) -> int:
     """fairseq saves the iterator at the end of epoch n as (epoch n+1, 0 iterations in it)."""
     return iterator_state["epoch"] - (1 if iterator_state.get("iterations_in_epoch", 0) == 0 else 0)

@@ -33,7 +33,7 @@ def main(argv=None):
     except (DepthError, ValueError) as e:
         sys.exit(f"depth_strategies: error: {e}")
     head = "| strategy | " + " | ".join(f"{side} TB | {side} ALD" for side, _, _ in sides) + " |"
-    print(f"depths: " + "; ".join(f"{side} ({n} layers) {depths[side]}" for side, n, _ in sides))
+    print("depths: " + "; ".join(f"{side} ({n} layers) {depths[side]}" for side, n, _ in sides))
     print(head)
     print("|---|" + "---|---|" * len(sides))
     for s in STRATEGIES:

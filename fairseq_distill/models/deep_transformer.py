@@ -13,11 +13,9 @@ layers (relative self-attention) and keep them in a
 :class:`~fairseq_distill.modules.layer_stack.StochasticLayerStack`; fairseq's forward
 passes, incremental decoding and checkpointing are used as they are.
 """
-import argparse
 import logging
 
 from fairseq.distributed import fsdp_wrap
-from omegaconf import OmegaConf
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerDecoder,
@@ -178,10 +176,7 @@ class DeepTransformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        if OmegaConf.is_config(args):
-            # a checkpoint's stored options arrive as a DictConfig, whose extra (non-dataclass)
-            # keys fairseq's TransformerConfig.from_namespace would drop: ours among them
-            args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
+        args = compat.legacy_model_args(args)
         deep_transformer(args)
         check_options(args)
         return super().build_model(args, task)

@@ -12,13 +12,12 @@ the job of the ``translation_multidepth`` task; decoding picks one pair:
 
 ``scripts/export_subnetwork.py`` turns one pair into an ordinary ``transformer`` checkpoint.
 """
-import argparse
 import contextlib
 
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerDecoder, TransformerEncoder, TransformerModel, base_architecture
-from omegaconf import OmegaConf
 
+from fairseq_distill import compat
 from fairseq_distill.depth_strategies import STRATEGIES, DepthError, plan, supported_depths
 from fairseq_distill.errors import DistillError
 from fairseq_distill.modules.layer_stack import SubnetworkLayerStack
@@ -96,10 +95,7 @@ class FlexibleTransformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        if OmegaConf.is_config(args):
-            # stored options arrive as a DictConfig, whose non-dataclass keys (ours) fairseq's
-            # TransformerConfig.from_namespace would drop
-            args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
+        args = compat.legacy_model_args(args)
         flexible_transformer(args)
         for side in ("encoder", "decoder"):
             if (getattr(args, f"{side}_layerdrop", 0) or 0) > 0:

@@ -68,6 +68,8 @@ class Features:
     ``decoder_states``: lists of T x B x C tensors, embeddings first.
     ``encoder_padding_mask``: B x S, True at padding. ``attention``: attention type ->
     one B x H x T x S tensor of per-head probabilities per layer, first layer first.
+    ``log_probs``: B x T x V fp32 log-probabilities, filled in by a criterion that computes
+    them anyway (the student's, shared by cross-entropy and word-level KD).
     """
 
     net_output: tuple
@@ -75,6 +77,7 @@ class Features:
     encoder_states: List[Tensor] = field(default_factory=list)
     decoder_states: List[Tensor] = field(default_factory=list)
     attention: Dict[str, List[Tensor]] = field(default_factory=dict)
+    log_probs: Optional[Tensor] = None
 
     @property
     def logits(self) -> Tensor:

@@ -12,11 +12,17 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+def log_probs_at(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """log softmax(z/τ) in fp32 (no extra pass over the B x T x V tensor when τ = 1)."""
+    logits = logits.float()
+    return F.log_softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)
+
+
 def ensemble_log_probs(teacher_logits: Sequence[Tensor], temperature: float = 1.0) -> Tensor:
     """log of the teachers' averaged probabilities at temperature τ: log (1/n) Σ_i softmax(z_i/τ)."""
     if len(teacher_logits) == 0:
         raise ValueError("ensemble_log_probs needs at least one teacher")
-    log_probs = [F.log_softmax(z.float() / temperature, dim=-1) for z in teacher_logits]
+    log_probs = [log_probs_at(z, temperature) for z in teacher_logits]
     if len(log_probs) == 1:
         return log_probs[0]
     stacked = torch.stack(log_probs, dim=0)
@@ -24,27 +30,24 @@ def ensemble_log_probs(teacher_logits: Sequence[Tensor], temperature: float = 1.
 
 
 def word_kd_loss(
-    student_logits: Tensor,
+    student_log_probs: Tensor,
     teacher_log_probs: Tensor,
     non_pad_mask: Tensor,
     temperature: float = 1.0,
 ) -> Tensor:
     """τ² · Σ_{non-pad tokens} KL(p_teacher^τ ‖ p_student^τ).
 
-    ``student_logits``: B x T x V raw logits. ``teacher_log_probs``: B x T x V, already at
-    temperature τ (see :func:`ensemble_log_probs`). ``non_pad_mask``: B x T, True where a
+    ``student_log_probs``, ``teacher_log_probs``: B x T x V, already at temperature τ (see
+    :func:`log_probs_at`, :func:`ensemble_log_probs`). ``non_pad_mask``: B x T, True where a
     real target token is. The τ² factor keeps gradient magnitudes comparable across τ
     (Hinton et al., 2015).
     """
-    student_log_probs = F.log_softmax(student_logits.float() / temperature, dim=-1)
     teacher_probs = teacher_log_probs.exp()
-    # p·(log p − log q), with 0·log 0 = 0 where the teacher's probability underflows
-    pointwise = torch.where(
-        teacher_probs > 0,
-        teacher_probs * (teacher_log_probs - student_log_probs),
-        torch.zeros_like(teacher_probs),
-    )
-    per_token = pointwise.sum(dim=-1)
+    # Σ_v p·(log p − log q) as one fused dot product per token (this term runs on B x T x V
+    # every step, so passes over that tensor are the cost). Clamping log p keeps 0·log 0 = 0
+    # where the teacher's probability underflows, without a masked select.
+    finite_log_p = teacher_log_probs.clamp(min=torch.finfo(teacher_log_probs.dtype).min)
+    per_token = torch.linalg.vecdot(teacher_probs, finite_log_p - student_log_probs)
     per_token = per_token.masked_fill(~non_pad_mask, 0.0)
     return per_token.sum() * (temperature**2)
 

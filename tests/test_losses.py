@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from fairseq_distill.losses import ensemble_log_probs, word_kd_loss
+from fairseq_distill.losses import ensemble_log_probs, log_probs_at, word_kd_loss
 
 
 def softmax(row, tau=1.0):
@@ -43,23 +43,23 @@ def test_two_word_example_by_hand():
     # KL = 1/2 ln((1/2)/(1/4)) + 1/2 ln((1/2)/(3/4)) = 1/2 ln(4/3)
     student = torch.tensor([[[0.0, math.log(3.0)]]])
     teacher = torch.log(torch.tensor([[[0.5, 0.5]]]))
-    loss = word_kd_loss(student, teacher, torch.tensor([[True]]), temperature=1.0)
+    loss = word_kd_loss(log_probs_at(student), teacher, torch.tensor([[True]]), temperature=1.0)
     assert loss.item() == pytest.approx(0.5 * math.log(4.0 / 3.0), rel=1e-6)
 
 
 @pytest.mark.parametrize("tau", [1.0, 2.0, 0.5])
 def test_matches_hand_computation_with_padding(tau):
     student, teacher = torch.tensor(STUDENT), torch.tensor(TEACHER)
-    loss = word_kd_loss(student, ensemble_log_probs([teacher], tau), torch.tensor(MASK), tau)
+    loss = word_kd_loss(log_probs_at(student, tau), ensemble_log_probs([teacher], tau), torch.tensor(MASK), tau)
     assert loss.item() == pytest.approx(kd_by_hand(STUDENT, TEACHER, MASK, tau), rel=1e-5)
 
 
 def test_padding_positions_contribute_nothing():
     student, teacher = torch.tensor(STUDENT), torch.tensor(TEACHER)
     mask = torch.tensor(MASK)
-    before = word_kd_loss(student, ensemble_log_probs([teacher]), mask)
+    before = word_kd_loss(log_probs_at(student), ensemble_log_probs([teacher]), mask)
     student[1, 2] = torch.tensor([100.0, -100.0, 5.0, 0.0, 1.0])  # the padded position
-    after = word_kd_loss(student, ensemble_log_probs([teacher]), mask)
+    after = word_kd_loss(log_probs_at(student), ensemble_log_probs([teacher]), mask)
     assert after.item() == pytest.approx(before.item(), rel=1e-7)
 
 
@@ -68,13 +68,13 @@ def test_temperature_scales_by_tau_squared():
     tau = 3.0
     soft_kl = kd_by_hand(STUDENT, TEACHER, MASK, tau) / tau**2
     student, teacher = torch.tensor(STUDENT), torch.tensor(TEACHER)
-    got = word_kd_loss(student, ensemble_log_probs([teacher], tau), torch.tensor(MASK), tau).item()
+    got = word_kd_loss(log_probs_at(student, tau), ensemble_log_probs([teacher], tau), torch.tensor(MASK), tau).item()
     assert got == pytest.approx(9.0 * soft_kl, rel=1e-5)
 
 
 def test_identical_distributions_give_zero():
     student = torch.tensor(STUDENT)
-    loss = word_kd_loss(student, ensemble_log_probs([student.clone()]), torch.tensor(MASK))
+    loss = word_kd_loss(log_probs_at(student), ensemble_log_probs([student.clone()]), torch.tensor(MASK))
     assert abs(loss.item()) < 1e-6
 
 
@@ -91,7 +91,7 @@ def test_ensemble_averages_probabilities():
 def test_gradient_reaches_student_only():
     student = torch.tensor(STUDENT, requires_grad=True)
     teacher = torch.tensor(TEACHER)
-    word_kd_loss(student, ensemble_log_probs([teacher]), torch.tensor(MASK)).backward()
+    word_kd_loss(log_probs_at(student), ensemble_log_probs([teacher]), torch.tensor(MASK)).backward()
     assert student.grad is not None
     assert student.grad[1, 2].abs().sum().item() == 0.0  # padding gets no gradient
     assert student.grad[0, 0].abs().sum().item() > 0.0

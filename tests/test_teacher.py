@@ -4,7 +4,7 @@ import torch
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
 from distill_setup import build, build_trainer, first_batch
-from fairseq_distill.losses import ensemble_log_probs, word_kd_loss
+from fairseq_distill.losses import ensemble_log_probs, log_probs_at, word_kd_loss
 
 
 def teacher_args(tiny_teacher, *extra):
@@ -83,7 +83,7 @@ def test_loss_combines_ce_and_kd_by_eta(tiny_data, tiny_teacher, eta):
     with torch.no_grad():
         teacher_logits = task.teacher.models[0](**sample["net_input"])[0]
     mask = sample["target"].ne(task.target_dictionary.pad())
-    kd = word_kd_loss(student_logits, ensemble_log_probs([teacher_logits], tau), mask, tau)
+    kd = word_kd_loss(log_probs_at(student_logits, tau), ensemble_log_probs([teacher_logits], tau), mask, tau)
     expected = (1 - eta) * ce + eta * kd
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
     assert sample_size == sample["ntokens"]

@@ -20,12 +20,13 @@ from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
     LabelSmoothedCrossEntropyCriterionConfig,
+    label_smoothed_nll_loss,
 )
 from torch import Tensor
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import FeatureRequest, Features, run_with_features, unwrap_model
-from fairseq_distill.losses import ensemble_log_probs, word_kd_loss
+from fairseq_distill.losses import ensemble_log_probs, log_probs_at, word_kd_loss
 
 # logged as separate metrics: every term a criterion adds must end with this suffix
 TERM_SUFFIX = "_loss"
@@ -95,19 +96,33 @@ class WordKDCriterion(LabelSmoothedCrossEntropyCriterion):
     # -- shared machinery -------------------------------------------------------------
 
     def word_kd_term(self, student: Features, teachers: List[Features], sample) -> Tensor:
-        p = self.ignore_prefix_size
-        student_logits = student.logits[:, p:]
-        teacher_log_probs = ensemble_log_probs(
-            [t.logits[:, p:] for t in teachers], self.kd_temperature
-        )
+        p, tau = self.ignore_prefix_size, self.kd_temperature
+        # at τ = 1 the KD term reuses the log-probabilities of the cross-entropy term
+        if tau == 1.0 and student.log_probs is not None:
+            student_log_probs = student.log_probs[:, p:]
+        else:
+            student_log_probs = log_probs_at(student.logits[:, p:], tau)
+        teacher_log_probs = ensemble_log_probs([t.logits[:, p:] for t in teachers], tau)
         non_pad = sample["target"][:, p:].ne(self.padding_idx)
-        return word_kd_loss(student_logits, teacher_log_probs, non_pad, self.kd_temperature)
+        return word_kd_loss(student_log_probs, teacher_log_probs, non_pad, tau)
+
+    def label_smoothed_ce(self, model, student: Features, sample, reduce=True) -> Tuple[Tensor, Tensor]:
+        """fairseq's ``compute_loss``, from log-probabilities computed once per forward."""
+        student.log_probs = model.get_normalized_probs(student.net_output, log_probs=True)
+        lprobs = student.log_probs
+        target = model.get_targets(sample, student.net_output)
+        if self.ignore_prefix_size > 0:
+            lprobs, target = lprobs[:, self.ignore_prefix_size :], target[:, self.ignore_prefix_size :]
+        return label_smoothed_nll_loss(
+            lprobs.reshape(-1, lprobs.size(-1)), target.reshape(-1), self.eps,
+            ignore_index=self.padding_idx, reduce=reduce,
+        )
 
     def forward(self, model, sample, reduce=True):
         training = model.training
         request = self.feature_request() if training else FeatureRequest()
         student = run_with_features(model, sample["net_input"], request)
-        ce_loss, nll_loss = self.compute_loss(model, student.net_output, sample, reduce=reduce)
+        ce_loss, nll_loss = self.label_smoothed_ce(model, student, sample, reduce=reduce)
 
         terms = {}
         if training:

@@ -43,6 +43,31 @@ def fairseq_train(data, save_dir, *extra):
                              "--save-dir", save_dir, *extra))
 
 
+def tiny_recipe(tmp_path, name, models, steps, n_train=300, **train):
+    """Write a benchmark recipe on a slice of Multi30k (vocab 200, a few updates per step)
+    to ``tmp_path/<name>.yaml`` and return its path."""
+    import yaml
+
+    raw = tmp_path / "raw"
+    raw.mkdir(exist_ok=True)
+    write_slice(raw, "train", "train", n_train)
+    write_slice(raw, "valid", "val", 20)
+    write_slice(raw, "test", "test_2016_flickr", 20)
+    recipe = {
+        "name": name, "seed": 1,
+        "data": {"source": "de", "target": "en", "train": str(raw / "train"), "valid": str(raw / "valid"),
+                 "test": [str(raw / "test")], "vocab_size": 200},
+        "train": {"share-all-embeddings": True, "optimizer": "adam", "lr": 0.003, "max-tokens": 1500,
+                  "label-smoothing": 0.1, "max-update": 6, "num-workers": 0, **train},
+        "models": models,
+        "eval": {"beam": 1, "batch-size": 64},
+        "steps": steps,
+    }
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(yaml.safe_dump(recipe))
+    return config
+
+
 def write_slice(out_dir, split, source, n):
     for lang in ("de", "en"):
         with gzip.open(os.path.join(MULTI30K, f"{source}.{lang}.gz"), "rt", encoding="utf-8") as f:

@@ -5,7 +5,7 @@ import re
 
 import yaml
 
-from conftest import python_module, run, write_slice
+from conftest import python_module, run, tiny_recipe
 
 TINY = {"encoder-layers": 1, "decoder-layers": 1, "encoder-embed-dim": 16, "decoder-embed-dim": 16,
         "encoder-ffn-embed-dim": 32, "decoder-ffn-embed-dim": 32, "encoder-attention-heads": 2,
@@ -13,30 +13,13 @@ TINY = {"encoder-layers": 1, "decoder-layers": 1, "encoder-embed-dim": 16, "deco
 
 
 def test_recipe_runs_caches_and_reports(tmp_path):
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    write_slice(raw, "train", "train", 300)
-    write_slice(raw, "valid", "val", 20)
-    write_slice(raw, "test", "test_2016_flickr", 20)
-    recipe = {
-        "name": "tiny",
-        "seed": 1,
-        "data": {"source": "de", "target": "en", "train": str(raw / "train"), "valid": str(raw / "valid"),
-                 "test": [str(raw / "test")], "vocab_size": 200},
-        "train": {"share-all-embeddings": True, "optimizer": "adam", "lr": 0.003, "max-tokens": 1500,
-                  "label-smoothing": 0.1, "max-update": 6, "num-workers": 0},
-        "models": {"teacher": TINY, "student": TINY},
-        "eval": {"beam": 1, "batch-size": 64},
-        "steps": [
-            {"name": "teacher", "model": "teacher"},
-            {"name": "seqkd-data", "seqkd": {"teacher": "teacher", "beam": 1, "max-len-b": 6,
-                                             "on-missing": "reference"}},
-            {"name": "student-seqkd-wordkd", "model": "student", "data": "seqkd-data",
-             "teacher": "teacher", "criterion": "word_kd", "criterion-args": {"kd-weight": 0.5}},
-        ],
-    }
-    config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump(recipe))
+    config = tiny_recipe(tmp_path, "tiny", {"teacher": TINY, "student": TINY}, [
+        {"name": "teacher", "model": "teacher"},
+        {"name": "seqkd-data", "seqkd": {"teacher": "teacher", "beam": 1, "max-len-b": 6,
+                                         "on-missing": "reference"}},
+        {"name": "student-seqkd-wordkd", "model": "student", "data": "seqkd-data",
+         "teacher": "teacher", "criterion": "word_kd", "criterion-args": {"kd-weight": 0.5}},
+    ])
     cmd = python_module("fairseq_distill.recipe", str(config), "--workdir", str(tmp_path / "work"),
                         "--results", str(tmp_path / "results"))
     out = run(cmd).stdout
@@ -68,33 +51,17 @@ SHALLOW = {**TINY, "arch": "deep_transformer", "encoder-layers": 2, "decoder-lay
 
 def test_recipe_gpkd_pipeline_and_two_stage_training(tmp_path):
     """teacher with group permutation -> stage 2 with skipping -> seq-KD data -> extracted student."""
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    write_slice(raw, "train", "train", 200)
-    write_slice(raw, "valid", "val", 20)
-    write_slice(raw, "test", "test_2016_flickr", 20)
-    recipe = {
-        "name": "gpkd-tiny", "seed": 1,
-        "data": {"source": "de", "target": "en", "train": str(raw / "train"), "valid": str(raw / "valid"),
-                 "test": [str(raw / "test")], "vocab_size": 200},
-        "train": {"share-all-embeddings": True, "optimizer": "adam", "lr": 0.003, "max-tokens": 1500,
-                  "label-smoothing": 0.1, "max-update": 4, "num-workers": 0},
-        "models": {"teacher": DEEP, "student": SHALLOW},
-        "eval": {"beam": 1, "batch-size": 64},
-        "steps": [
-            {"name": "teacher", "model": "teacher"},
-            {"name": "teacher-skip", "model": "teacher", "continue": "teacher",
-             "train": {"skip-sublayer-rate": 0.4, "max-update": 7}},
-            {"name": "seqkd-data", "seqkd": {"teacher": "teacher", "beam": 1, "max-len-b": 6,
-                                             "on-missing": "reference"}},
-            {"name": "student-gpkd", "model": "student", "data": "seqkd-data",
-             "init": {"from": "teacher", "keep": "top"}},
-            {"name": "teacher-finetuned", "model": "teacher", "finetune": "teacher-skip",
-             "train": {"max-update": 2}},
-        ],
-    }
-    config = tmp_path / "gpkd.yaml"
-    config.write_text(yaml.safe_dump(recipe))
+    config = tiny_recipe(tmp_path, "gpkd-tiny", {"teacher": DEEP, "student": SHALLOW}, [
+        {"name": "teacher", "model": "teacher"},
+        {"name": "teacher-skip", "model": "teacher", "continue": "teacher",
+         "train": {"skip-sublayer-rate": 0.4, "max-update": 7}},
+        {"name": "seqkd-data", "seqkd": {"teacher": "teacher", "beam": 1, "max-len-b": 6,
+                                         "on-missing": "reference"}},
+        {"name": "student-gpkd", "model": "student", "data": "seqkd-data",
+         "init": {"from": "teacher", "keep": "top"}},
+        {"name": "teacher-finetuned", "model": "teacher", "finetune": "teacher-skip",
+         "train": {"max-update": 2}},
+    ], n_train=200, **{"max-update": 4})
     out = run(python_module("fairseq_distill.recipe", str(config), "--workdir", str(tmp_path / "work"),
                             "--results", str(tmp_path / "results"))).stdout
     # stage 2 starts from stage 1's last checkpoint: its update count goes on from 4 to 7

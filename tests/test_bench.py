@@ -1,0 +1,111 @@
+"""The benchmark analyses (bench/*.py) on tiny recipes: each runs end to end on finished
+runs and writes the figures it promises, so a long benchmark does not fail at its end."""
+import json
+import os
+import sys
+
+import pytest
+
+from conftest import REPO, run, tiny_recipe
+
+SMALL = {"arch": "transformer", "encoder-layers": 1, "decoder-layers": 1, "encoder-embed-dim": 16,
+         "decoder-embed-dim": 16, "encoder-ffn-embed-dim": 32, "decoder-ffn-embed-dim": 32,
+         "encoder-attention-heads": 2, "decoder-attention-heads": 2}
+TEACHER = {**SMALL, "encoder-layers": 2, "decoder-layers": 2, "encoder-embed-dim": 24, "decoder-embed-dim": 24}
+
+
+def bench(script, config, workdir, results, *args):
+    return run([sys.executable, os.path.join(REPO, "bench", script), str(config), "--workdir", str(workdir),
+                "--results", str(results), *args]).stdout
+
+
+@pytest.fixture(scope="module")
+def kd_recipe(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kd_recipe")
+    config = tiny_recipe(root, "kd-tiny", {"teacher": TEACHER, "student": SMALL}, [
+        {"name": "teacher", "model": "teacher", "train": {"max-update": 20}},
+        {"name": "wordkd", "model": "student", "teacher": "teacher", "criterion": "word_kd"},
+        {"name": "alp", "model": "student", "teacher": "teacher", "criterion": "alp_kd",
+         "criterion-args": {"alp-score": "scaled_dot"}},
+        {"name": "a2d", "model": "student", "teacher": "teacher", "criterion": "a2d"},
+    ])
+    bench("run.py", config, root / "work", root / "results")
+    return config, root / "work", root / "results"
+
+
+def test_step_cost_reports_each_criterion_relative_to_word_kd(kd_recipe):
+    config, work, results = kd_recipe
+    bench("step_cost.py", config, work, results, "--steps", "2", "--warmup", "1")
+    rows = {r["name"]: r for r in json.load(open(results / "kd-tiny_step_cost.json"))["rows"]}
+    assert set(rows) == {"wordkd", "alp", "a2d"}
+    assert rows["wordkd"]["time_relative_to_word_kd"] == 1.0
+    for r in rows.values():
+        assert r["median_step_seconds"] > 0 and r["target_tokens"] > 0
+        assert r["time_relative_to_word_kd"] == pytest.approx(
+            r["median_step_seconds"] / rows["wordkd"]["median_step_seconds"], abs=1e-3)
+    assert "| a2d | a2d |" in open(results / "kd-tiny_step_cost.md").read()
+
+
+def test_heatmaps_of_alp_and_a2d_runs(kd_recipe):
+    config, work, results = kd_recipe
+    out = bench("heatmaps.py", config, work, results)
+    assert "[alp] wrote" in out and "[a2d] wrote" in out
+    alp = json.load(open(results / "kd-tiny_alp_heatmap.json"))
+    (row,) = alp["encoder"]  # one student layer over the teacher's layers 0..2 (0 unused)
+    assert row["student_layer"] == 1 and row["weights"][0] == 0.0
+    assert sum(row["weights"]) == pytest.approx(1.0, abs=1e-3)
+    a2d = json.load(open(results / "kd-tiny_a2d_heatmap.json"))
+    assert a2d["encoder_self"]["student"] == [1, 2] and a2d["encoder_self"]["teacher"] == [2, 2]
+    assert len(a2d["encoder_self"]["weight"]) == 4 and len(a2d["encoder_self"]["weight"][0]) == 2
+    for name in ("alp", "a2d"):
+        with open(results / f"kd-tiny_{name}_heatmap.png", "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ctranslate2_speed_of_the_best_distilled_student(kd_recipe):
+    pytest.importorskip("ctranslate2")
+    config, work, results = kd_recipe
+    bench("ctranslate2_speed.py", config, work, results, "--beam", "1")
+    meta = json.load(open(results / "kd-tiny_ctranslate2.json"))
+    text = json.dumps(meta)
+    assert meta["run"] in {"wordkd", "alp", "a2d"}, text
+    backends = [r["backend"] for r in meta["rows"]]
+    assert len(backends) == 3 and all(r["tokens_per_second"] > 0 for r in meta["rows"]), text
+
+
+FLEX = {**SMALL, "arch": "flexible_transformer", "encoder-layers": 4, "decoder-layers": 2}
+
+
+def test_depth_grid_and_decode_speed(tmp_path):
+    config = tiny_recipe(tmp_path, "depth-tiny", {
+        "full": FLEX,
+        "layerdrop": {**FLEX, "arch": "transformer", "encoder-normalize-before": True,
+                      "decoder-normalize-before": True, "encoder-layerdrop": 0.2, "decoder-layerdrop": 0.2},
+        "single": {**FLEX, "encoder-layers": 2, "decoder-layers": 1},
+    }, [
+        {"name": "full", "model": "full"},
+        {"name": "multidepth", "model": "full", "finetune": "full",
+         "train": {"task": "translation_multidepth", "sample-encoder-depths": 2, "sample-decoder-depths": 2,
+                   "max-update": 3}},
+        {"name": "layerdrop", "model": "layerdrop", "finetune": "full", "train": {"max-update": 3}},
+        {"name": "single", "model": "single"},
+    ])
+    work, results = tmp_path / "work", tmp_path / "results"
+    bench("run.py", config, work, results)
+
+    bench("depth_grid.py", config, work, results, "--beam", "1")
+    grid = json.load(open(results / "depth-tiny_grid.json"))["models"]
+    pairs = {(e, d) for e in (1, 2, 4) for d in (1, 2)}  # divisors of 4 and of 2
+    for name in ("multidepth", "layerdrop"):
+        assert {(r["encoder_depth"], r["decoder_depth"]) for r in grid[name]["rows"]} == pairs
+        assert os.path.isfile(results / f"depth-tiny_{name}.png")
+    assert [(r["encoder_depth"], r["decoder_depth"]) for r in grid["single"]["rows"]] == [(2, 1)]
+
+    bench("decode_speed.py", config, work, results, "--reference", "full", "--runs", "single",
+          "--beams", "1", "--repeats", "1")
+    speed = json.load(open(results / "depth-tiny_decode_speed.json"))
+    text = json.dumps(speed)
+    rows = {r["run"]: r for r in speed["rows"]}
+    assert set(rows) == {"full", "single"}, text
+    assert rows["full"]["beam1"]["ratio"] == 1.0, text
+    assert rows["single"]["beam1"]["tokens_per_second"] > 0 and rows["single"]["shape"].startswith("2+1"), text

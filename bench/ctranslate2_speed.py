@@ -5,8 +5,9 @@
 The student (by default the best-BLEU run that has a teacher or seq-KD data, i.e. a
 distilled one) is exported to CTranslate2 twice; then the fairseq checkpoint and both
 exports translate the raw test source through the same code (segmentation, batches of
-``--batch-size`` sentences, beam, length limits), one after the other in this one run.
-Writes ``bench/results/<recipe>_ctranslate2.{json,md}``.
+``--batch-size`` sentences, beam, length limits) in this one run, taking turns for
+``--repeats`` rounds; each backend's fastest round counts (this machine's speed drifts by
+tens of percent between runs, so one round per backend is not a comparison). Writes ``bench/results/<recipe>_ctranslate2.{json,md}``.
 """
 import argparse
 import json
@@ -30,6 +31,7 @@ def main(argv=None):
     p.add_argument("--run", help="the run to deploy (default: the best distilled student)")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3, help="rounds in which the backends take turns")
     p.add_argument("--workdir", default=None)
     p.add_argument("--results", default=os.path.join(REPO, "bench", "results"))
     args = p.parse_args(argv)
@@ -52,11 +54,13 @@ def main(argv=None):
         info = export_ctranslate2(checkpoint, recipe.data_bin, os.path.join(out_root, q), q, force=True)
         dirs.append(info["out_dir"])
     options = DecodingOptions(beam=args.beam)
-    results = evaluate_backends(checkpoint, recipe.data_bin, dirs, "test", options, args.batch_size)
+    results = evaluate_backends(checkpoint, recipe.data_bin, dirs, "test", options, args.batch_size,
+                                args.repeats)
     table = backends_table(results)
     print(table)
     meta = {"recipe": recipe.name, "run": chosen["name"], "shape": chosen["shape"],
             "parameters": chosen["parameters"], "beam": args.beam, "batch_size": args.batch_size,
+            "repeats": args.repeats,
             "device": "cuda" if torch.cuda.is_available() else "cpu", "torch_threads": torch.get_num_threads(),
             "rows": [{k: v for k, v in r.items() if k != "outputs"} for r in results]}
     os.makedirs(args.results, exist_ok=True)
@@ -68,7 +72,8 @@ def main(argv=None):
         f.write(f"# {recipe.name}: fairseq vs CTranslate2\n\nRun `{chosen['name']}` ({s['encoder-layers']}+"
                 f"{s['decoder-layers']}, d={s['encoder-embed-dim']}, {chosen['parameters'] / 1e6:.2f}M parameters); "
                 f"test set, beam {args.beam}, batches of {args.batch_size} sentences, {meta['device']} with "
-                f"{meta['torch_threads']} threads, one run.\n\n{table}\n")
+                f"{meta['torch_threads']} threads; the backends take turns for {args.repeats} rounds and "
+                f"each one's fastest round counts.\n\n{table}\n")
 
 
 if __name__ == "__main__":

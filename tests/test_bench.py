@@ -65,12 +65,14 @@ def test_heatmaps_of_alp_and_a2d_runs(kd_recipe):
 def test_ctranslate2_speed_of_the_best_distilled_student(kd_recipe):
     pytest.importorskip("ctranslate2")
     config, work, results = kd_recipe
-    bench("ctranslate2_speed.py", config, work, results, "--beam", "1")
+    bench("ctranslate2_speed.py", config, work, results, "--beam", "1", "--repeats", "2")
     meta = json.load(open(results / "kd-tiny_ctranslate2.json"))
     text = json.dumps(meta)
     assert meta["run"] in {"wordkd", "alp", "a2d"}, text
     backends = [r["backend"] for r in meta["rows"]]
-    assert len(backends) == 3 and all(r["tokens_per_second"] > 0 for r in meta["rows"]), text
+    assert len(backends) == 3, text
+    for r in meta["rows"]:  # the fastest of the two rounds
+        assert len(r["tokens_per_second_rounds"]) == 2 and r["tokens_per_second"] == max(r["tokens_per_second_rounds"])
 
 
 FLEX = {**SMALL, "arch": "flexible_transformer", "encoder-layers": 2, "decoder-layers": 2}

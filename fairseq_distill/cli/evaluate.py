@@ -106,12 +106,19 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
     return record
 
 
-def evaluate_backends(checkpoint, data_bin, ct2_dirs, subset="test", options=None, batch_size=64):
-    """BLEU, tokens/s and model size of the fairseq checkpoint and its CTranslate2 exports."""
+def evaluate_backends(checkpoint, data_bin, ct2_dirs, subset="test", options=None, batch_size=64, repeats=1):
+    """BLEU, tokens/s and model size of the fairseq checkpoint and its CTranslate2 exports.
+
+    With ``repeats`` > 1 the backends take turns for that many rounds, so that a slow spell
+    of the machine does not fall on one backend only; each backend's fastest round counts
+    (all rounds' tokens/s are kept in ``tokens_per_second_rounds``). Decoding is
+    deterministic, so BLEU does not depend on the round."""
     from fairseq_distill.translators import (CTranslate2Translator, DecodingOptions, FairseqTranslator,
                                              read_deployment, translate_lines)
     from fairseq_distill.segmentation import Segmenter
 
+    if repeats < 1:
+        raise DistillError(f"repeats must be at least 1, got {repeats}")
     options = options or DecodingOptions()
     meta = load_meta(data_bin)
     if not meta or subset not in meta.get("raw", {}):
@@ -120,21 +127,26 @@ def evaluate_backends(checkpoint, data_bin, ct2_dirs, subset="test", options=Non
         sources = f.read().splitlines()
     refs, _ = read_references(data_bin, subset, meta, None)
     segmenter = Segmenter.from_dir(data_bin)
-    candidates = [("fairseq (float32)", lambda: FairseqTranslator(checkpoint, data_bin, options),
-                   os.path.getsize(checkpoint.split(":")[0]))]
+    backends = [("fairseq (float32)", FairseqTranslator(checkpoint, data_bin, options),
+                 os.path.getsize(checkpoint.split(":")[0]))]
     for d in ct2_dirs:
         info = read_deployment(d)
-        candidates.append((f"ctranslate2 ({info['quantization']})", lambda d=d: CTranslate2Translator(d, options),
-                           os.path.getsize(os.path.join(d, "model.bin"))))
-    rows = []
-    for name, make, size in candidates:
-        translator = make()
+        backends.append((f"ctranslate2 ({info['quantization']})", CTranslate2Translator(d, options),
+                         os.path.getsize(os.path.join(d, "model.bin"))))
+    for _, translator, _ in backends:
         translator.translate([segmenter.encode(sources[0])])  # warm-up: first-call costs are not speed
-        run = translate_lines(sources, translator, segmenter, batch_size)
+    runs = {name: [] for name, _, _ in backends}
+    for _ in range(repeats):
+        for name, translator, _ in backends:
+            runs[name].append(translate_lines(sources, translator, segmenter, batch_size))
+    rows = []
+    for name, _, size in backends:
+        run = max(runs[name], key=lambda r: r.tokens_per_second)
         bleu = BLEU()
         score = bleu.corpus_score(run.outputs, [refs])
         rows.append({"backend": name, "bleu": round(score.score, 2), "bleu_signature": str(bleu.get_signature()),
                      "tokens_per_second": round(run.tokens_per_second, 1),
+                     "tokens_per_second_rounds": [round(r.tokens_per_second, 1) for r in runs[name]],
                      "sentences_per_second": round(run.sentences / run.seconds, 2) if run.seconds else 0.0,
                      "seconds": round(run.seconds, 2), "model_file_mib": round(size / 2**20, 2),
                      "outputs": run.outputs})
@@ -161,6 +173,8 @@ def main(argv=None):
     p.add_argument("--out", help="JSON record path (default: next to the checkpoint)")
     p.add_argument("--ctranslate2", nargs="+", metavar="CT2_DIR",
                    help="also evaluate these CTranslate2 exports of the checkpoint and compare")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="with --ctranslate2: rounds in which the backends take turns; the fastest counts")
     args, extra = p.parse_known_args(argv)
     if args.ctranslate2:
         from fairseq_distill.translators import DecodingOptions
@@ -168,7 +182,7 @@ def main(argv=None):
         try:
             rows = evaluate_backends(args.checkpoint, args.data_bin, args.ctranslate2, args.subset,
                                      DecodingOptions(args.beam, args.lenpen, args.max_len_a, args.max_len_b),
-                                     args.batch_size)
+                                     args.batch_size, args.repeats)
         except DistillError as e:
             sys.exit(f"evaluate: error: {e}")
         print(backends_table(rows))

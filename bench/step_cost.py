@@ -30,7 +30,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
 from fairseq.trainer import Trainer  # noqa: E402
 
 import fairseq_distill  # noqa: E402,F401
-from fairseq_distill.recipe import finished_recipe, flags  # noqa: E402
+from fairseq_distill.recipe import HEAP_MALLOC, finished_recipe, flags  # noqa: E402
 
 
 def time_step(data, train_flags, warmup, steps, max_tokens):
@@ -118,7 +118,9 @@ def main():
                "--steps", str(args.steps), "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens)]
         if args.workdir:
             cmd += ["--workdir", args.workdir]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # the allocator set-up of the recipe's training runs (glibc reads it at start-up)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**HEAP_MALLOC, **os.environ})
         found = [line for line in proc.stdout.splitlines() if line.startswith("STEP_COST ")]
         if proc.returncode != 0 or not found:
             sys.exit(f"step_cost: measuring {step['name']} failed:\n{proc.stdout[-3000:]}")

@@ -100,3 +100,19 @@ def test_extends_inherits_settings_merges_models_and_selects_base_steps(tmp_path
     (tmp_path / "child.yaml").write_text(yaml.safe_dump(child))
     with pytest.raises(DistillError, match=r"base_steps \['teachr'\] are not steps of .*base.yaml; its steps are \['teacher', 'student'\]"):
         load_recipe(str(tmp_path / "child.yaml"))
+
+
+def test_table_marks_rows_trained_under_another_speed_setup():
+    from fairseq_distill.recipe import SPEED_SETUP, markdown_table
+
+    row = {"name": "old", "shape": {"encoder-layers": 2, "decoder-layers": 2, "encoder-embed-dim": 64,
+                                    "encoder-ffn-embed-dim": 256},
+           "parameters": 750000, "criterion": "word_kd", "teacher": "t", "data": "original", "epochs": 10,
+           "updates": 1350, "train_seconds": 2004.0, "bleu": 26.51, "tokens_per_second": 2623.0}
+    new = {**row, "name": "new", "train_seconds": 930.0, "speed_setup": SPEED_SETUP}
+    table = markdown_table([row, new])
+    assert "| old | 2+2, 64, 256 | 0.75M | word_kd | original | 10 | 1350 | 33.4 min † | 26.51 | 2623 |" in table
+    assert "| new | 2+2, 64, 256 | 0.75M | word_kd | original | 10 | 1350 | 15.5 min | 26.51 | 2623 |" in table
+    assert table.count("†") == 2 and "compare its train time only with other † rows" in table
+    # one set-up throughout: nothing to mark
+    assert "†" not in markdown_table([row]) and "†" not in markdown_table([new])

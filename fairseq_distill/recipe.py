@@ -411,6 +411,8 @@ def markdown_table(rows) -> str:
     head = ("| run | shape (enc+dec, d, ffn) | params | KD | data | epochs | updates | train time | "
             "BLEU | tokens/s |\n|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
+    # wall times of rows trained under an older speed set-up are marked, when the table mixes them
+    mixed = len({bool(r.get("speed_setup")) for r in rows}) > 1
     for r in rows:
         s = r["shape"]
         kd = r["criterion"] if r.get("teacher") else "none"
@@ -425,10 +427,10 @@ def markdown_table(rows) -> str:
         lines.append(
             f"| {r['name']} | {s['encoder-layers']}+{s['decoder-layers']}, {s['encoder-embed-dim']}, "
             f"{s['encoder-ffn-embed-dim']} | {r['parameters'] / 1e6:.2f}M | {kd} | {r['data']} | "
-            f"{r['epochs']} | {r['updates']} | {r['train_seconds'] / 60:.1f} min{'' if r.get('speed_setup') else ' †'} | "
+            f"{r['epochs']} | {r['updates']} | {r['train_seconds'] / 60:.1f} min{' †' if mixed and not r.get('speed_setup') else ''} | "
             f"{r['bleu']:.2f} | {r['tokens_per_second']:.0f} |"
         )
-    if any(not r.get("speed_setup") for r in rows) and any(r.get("speed_setup") for r in rows):
+    if mixed:
         lines.append(f"\n† trained before the runner's speed set-up ({SPEED_SETUP}): its steps ran up to "
                      f"~1.5x slower, so compare its train time only with other † rows; training-step costs "
                      f"measured side by side are in bench/results/*_step_cost.md.")

@@ -424,10 +424,11 @@ def markdown_table(rows) -> str:
             kd += f"; continues {r['continues']}"
         if r.get("finetunes"):
             kd += f"; from {r['finetunes']}'s weights"
+        mark = " †" if mixed and not r.get("speed_setup") else ""
         lines.append(
             f"| {r['name']} | {s['encoder-layers']}+{s['decoder-layers']}, {s['encoder-embed-dim']}, "
             f"{s['encoder-ffn-embed-dim']} | {r['parameters'] / 1e6:.2f}M | {kd} | {r['data']} | "
-            f"{r['epochs']} | {r['updates']} | {r['train_seconds'] / 60:.1f} min{' †' if mixed and not r.get('speed_setup') else ''} | "
+            f"{r['epochs']} | {r['updates']} | {r['train_seconds'] / 60:.1f} min{mark} | "
             f"{r['bleu']:.2f} | {r['tokens_per_second']:.0f} |"
         )
     if mixed:

@@ -2,10 +2,15 @@
 
 Each student layer j is matched to one teacher layer: by default the evenly spaced
 "skip" map (for 6 → 2: teacher layers 3 and 6), or any one-layer-per-group ``--layer-map``.
-Different widths get a learned linear projection of the teacher state. With
-``--layer-normalize l2`` the states are unit-normalised first, as in the paper.
+Different widths get a learned linear projection of the teacher state. The states are
+unit-normalised before the MSE (``--layer-normalize l2``, the default here), as in the
+paper: with ``none`` and a learned projection both sides can shrink towards a constant
+(measured on Multi30k, 6+6 d=128 teacher → 2+2 d=64 student: 5.49 BLEU, against 25.10
+without KD).
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from fairseq.dataclass import ChoiceEnum
 
 from fairseq.criterions import register_criterion
 
@@ -16,7 +21,9 @@ from fairseq_distill.errors import DistillError
 
 @dataclass
 class PKDConfig(LayerKDConfig):
-    pass
+    layer_normalize: ChoiceEnum(["none", "l2"]) = field(
+        default="l2", metadata={"help": "l2: unit-normalise each vector before the MSE (the PKD paper)"}
+    )
 
 
 @register_criterion("pkd", dataclass=PKDConfig)

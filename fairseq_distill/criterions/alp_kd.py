@@ -19,7 +19,7 @@ import torch.nn as nn
 from fairseq.criterions import register_criterion
 from fairseq.dataclass import ChoiceEnum
 
-from fairseq_distill.criterions.layer_kd import LayerKDConfig, LayerKDCriterion
+from fairseq_distill.criterions.layer_kd import LayerKDConfig, LayerKDCriterion, warn_if_collapsible
 from fairseq_distill.losses import alp_attention, alp_fuse, masked_mse, mean_pool
 
 
@@ -28,6 +28,8 @@ class AttentionFuser(nn.Module):
         super().__init__()
         self.score, self.granularity, self.normalize = score, granularity, normalize
         self.project = nn.Identity() if student_dim == teacher_dim else nn.Linear(teacher_dim, student_dim)
+        if student_dim != teacher_dim:
+            warn_if_collapsible(normalize)
         self.last_alpha = {}  # pair index -> K x L x B weights of the last forward (for analysis)
 
     def forward(self, index, student_state, teacher_states, mask):

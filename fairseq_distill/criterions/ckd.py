@@ -9,7 +9,6 @@ group of equal width needs no projection: PKD is the special case of one-layer g
     --ckd-combination {rc,oc,sc,cc}  preset maps (see fairseq_distill/layer_maps.py)
     --layer-map "1,2,3|4,5,6"        any explicit map
 """
-import logging
 from dataclasses import dataclass, field
 from typing import Sequence, Tuple
 
@@ -18,10 +17,8 @@ import torch.nn as nn
 from fairseq.criterions import register_criterion
 from fairseq.dataclass import ChoiceEnum
 
-from fairseq_distill.criterions.layer_kd import LayerKDConfig, LayerKDCriterion
+from fairseq_distill.criterions.layer_kd import LayerKDConfig, LayerKDCriterion, warn_if_collapsible
 from fairseq_distill.losses import masked_mse
-
-logger = logging.getLogger(__name__)
 
 
 class CombinationFuser(nn.Module):
@@ -38,11 +35,7 @@ class CombinationFuser(nn.Module):
                 maps.append(nn.Identity())
             elif project == "teacher":
                 maps.append(nn.Linear(fused_dim, student_dim))
-                if normalize == "none":
-                    logger.warning(
-                        "a learned projection of the teacher's states compared by unnormalised MSE lets "
-                        "both sides shrink towards a constant (PKD with it on Multi30k: 5.49 BLEU against "
-                        "25.10 without KD); --layer-normalize l2 or --ckd-project student avoid that")
+                warn_if_collapsible(normalize)
             else:
                 maps.append(nn.Linear(student_dim, fused_dim))
         self.maps = nn.ModuleList(maps)

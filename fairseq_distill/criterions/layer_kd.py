@@ -107,16 +107,6 @@ class LayerKDCriterion(WordKDCriterion):
     def build_fuser(self, cfg, groups, student_dim, teacher_dim) -> nn.Module:
         raise NotImplementedError
 
-
-def warn_if_collapsible(normalize: str):
-    """A learned map of the teacher's states, compared with the student's by plain MSE, can
-    shrink both sides towards a constant: the loss goes to zero and the student unlearns."""
-    if normalize == "none":
-        logger.warning(
-            "a learned projection of the teacher's states compared by unnormalised MSE lets both sides "
-            "shrink towards a constant (PKD with it on Multi30k: 5.49 BLEU against 25.10 without KD); "
-            "--layer-normalize l2 (or, for ckd, --ckd-project student) avoids that")
-
     # -- the shared machinery ---------------------------------------------------------------
 
     def feature_request(self) -> FeatureRequest:
@@ -152,3 +142,13 @@ def warn_if_collapsible(normalize: str):
             fuser(i, s_states[j], [t_states[k] for k in group], mask)
             for i, (j, group) in enumerate(self.pairs[side])
         )
+
+
+def warn_if_collapsible(normalize: str):
+    """A learned map of the teacher's states, compared with the student's by plain MSE, can
+    shrink both sides towards a constant: the loss goes to zero and the student unlearns."""
+    if normalize == "none":
+        logger.warning(
+            "a learned projection of the teacher's states compared by unnormalised MSE lets both sides "
+            "shrink towards a constant (PKD with it on Multi30k: 5.49 BLEU against 25.10 without KD); "
+            "--layer-normalize l2 (or, for ckd, --ckd-project student) avoids that")

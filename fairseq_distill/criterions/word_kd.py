@@ -107,8 +107,7 @@ class WordKDCriterion(LabelSmoothedCrossEntropyCriterion):
         return word_kd_loss(student_log_probs, teacher_log_probs, non_pad, tau)
 
     def label_smoothed_ce(self, model, student: Features, sample, reduce=True) -> Tuple[Tensor, Tensor]:
-        """fairseq's ``compute_loss``, from log-probabilities computed once per forward."""
-        student.log_probs = model.get_normalized_probs(student.net_output, log_probs=True)
+        """fairseq's ``compute_loss``, from the student's log-probabilities computed once per forward."""
         lprobs = student.log_probs
         target = model.get_targets(sample, student.net_output)
         if self.ignore_prefix_size > 0:
@@ -122,6 +121,8 @@ class WordKDCriterion(LabelSmoothedCrossEntropyCriterion):
         training = model.training
         request = self.feature_request() if training else FeatureRequest()
         student = run_with_features(model, sample["net_input"], request)
+        # computed once: the CE term and (at τ = 1) the word-level KD term share them
+        student.log_probs = model.get_normalized_probs(student.net_output, log_probs=True)
         ce_loss, nll_loss = self.label_smoothed_ce(model, student, sample, reduce=reduce)
 
         terms = {}

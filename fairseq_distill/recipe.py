@@ -32,6 +32,7 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -109,9 +110,11 @@ class Recipe:
 
     # -- data ---------------------------------------------------------------------------
 
-    def prepare_data(self):
+    def prepare_data(self, run=True):
         """``data: {corpus: multi30k, ...}`` or, for any corpus of raw aligned text,
-        ``data: {source: de, target: en, train: PREFIX, valid: PREFIX, test: [PREFIX, ...]}``."""
+        ``data: {source: de, target: en, train: PREFIX, valid: PREFIX, test: [PREFIX, ...]}``.
+        Returns the preparation's fsd-prepare-corpus arguments; ``run=False`` only works out
+        where the data goes."""
         data = self.cfg["data"]
         if "corpus" in data:
             corpus = CORPORA.get(data["corpus"])
@@ -129,13 +132,16 @@ class Recipe:
             tests = data["test"] if isinstance(data["test"], list) else [data["test"]]
         key = digest(data)
         out = os.path.join(self.workdir, "data", f"{data.get('corpus', 'corpus')}-{key}")
-        from fairseq_distill.cli.prepare_corpus import main as prepare
+        argv = ["-s", src, "-t", tgt, "--train-prefix", train, "--valid-prefix", valid,
+                "--test-prefix", *tests, "--out", out, "--bpe", data.get("bpe", "sentencepiece"),
+                "--vocab-size", str(data.get("vocab_size", 8000))]
+        if run:
+            from fairseq_distill.cli.prepare_corpus import main as prepare
 
-        prepare(["-s", src, "-t", tgt, "--train-prefix", train, "--valid-prefix", valid,
-                 "--test-prefix", *tests, "--out", out, "--bpe", data.get("bpe", "sentencepiece"),
-                 "--vocab-size", str(data.get("vocab_size", 8000))])
+            prepare(argv)
         self.data_bin = os.path.join(out, "bin")
         self.data_key = key
+        return argv
 
     # -- steps --------------------------------------------------------------------------
 
@@ -166,10 +172,7 @@ class Recipe:
         steps = self.cfg["steps"]
         for step in steps:
             self.keys[step["name"]] = self.step_key(step)
-        selected = {s["name"] for s in steps if not self.only or s["name"] in self.only}
-        for step in reversed(steps):  # dependencies of selected steps are selected too
-            if step["name"] in selected:
-                selected.update(dependencies(step))
+        selected = {s["name"] for s in self.selected_steps()}
         local = {}
         for step in steps:
             record_path = os.path.join(self.step_dir(step), "record.json")
@@ -211,6 +214,15 @@ class Recipe:
             self.write_results(quiet=True)  # a long benchmark keeps what it has finished
         return self.write_results()
 
+    def selected_steps(self) -> List[dict]:
+        """The steps ``--only`` asks for and those they depend on, in recipe order."""
+        steps = self.cfg["steps"]
+        selected = {s["name"] for s in steps if not self.only or s["name"] in self.only}
+        for step in reversed(steps):
+            if step["name"] in selected:
+                selected.update(dependencies(step))
+        return [s for s in steps if s["name"] in selected]
+
     def committed_rows(self) -> Dict[str, dict]:
         """Rows of committed results whose step name and key match a step of this recipe."""
         found = {}
@@ -227,14 +239,16 @@ class Recipe:
     def data_of(self, step) -> str:
         return self.done[step["data"]]["data_bin"] if step.get("data") else self.data_bin
 
-    def run_seqkd(self, step, stepdir):
+    def seqkd_command(self, step, stepdir) -> List[str]:
         opts = dict(step["seqkd"])
         teacher = self.done[opts.pop("teacher")]["checkpoint"]
-        out = os.path.join(stepdir, "bin")
-        cmd = [sys.executable, "-m", "fairseq_distill.cli.seqkd", "--teacher", teacher,
-               "--data", self.data_bin, "--out", out, "--work", os.path.join(stepdir, "work"), *flags(opts)]
+        return ["fsd-seqkd", "--teacher", teacher, "--data", self.data_bin, "--out", os.path.join(stepdir, "bin"),
+                "--work", os.path.join(stepdir, "work"), *flags(opts)]
+
+    def run_seqkd(self, step, stepdir):
         started = time.time()
-        subprocess.run(cmd, check=True)
+        subprocess.run(runnable(self.seqkd_command(step, stepdir)), check=True)
+        out = planned_record(step, stepdir)["data_bin"]
         with open(os.path.join(out, "seqkd_summary.json")) as f:
             summary = json.load(f)
         return {"kind": "seqkd", "data_bin": out, "wall_seconds": round(time.time() - started, 1), **summary}
@@ -256,20 +270,12 @@ class Recipe:
         return options
 
     def starting_point(self, step, stepdir) -> dict:
-        """fairseq-train flags that start a run from another step's model, on its first launch
-        only (later launches resume from the run's own checkpoint_last.pt)."""
-        if os.path.isfile(os.path.join(stepdir, "checkpoints", "checkpoint_last.pt")):
-            return {}
+        """fairseq-train flags that start a run from another step's model (on its first launch
+        only: later launches resume from the run's own checkpoint_last.pt)."""
         if step.get("init"):
-            from fairseq_distill.extraction import extract_student
-
-            spec = dict(step["init"])
-            source = self.done[spec.pop("from")]["checkpoint"]
-            init = os.path.join(stepdir, "init.pt")
-            info = extract_student(source, init, **extraction_options(spec, self.cfg.get("seed", 1)))
-            log(f"{step['name']}: initialised from layers {info['kept']} of {source}")
-            return {"restore-file": init, "reset-optimizer": True, "reset-lr-scheduler": True,
-                    "reset-meters": True, "reset-dataloader": True}
+            # the student extracted by extraction_command()
+            return {"restore-file": os.path.join(stepdir, "init.pt"), "reset-optimizer": True,
+                    "reset-lr-scheduler": True, "reset-meters": True, "reset-dataloader": True}
         if step.get("finetune"):
             return {"finetune-from-model": self.done[step["finetune"]]["training_checkpoint"]}
         if step.get("continue"):
@@ -279,10 +285,59 @@ class Recipe:
                     "reset-dataloader": True, "reset-meters": True}
         return {}
 
-    def run_training(self, step, stepdir):
+    def extraction_command(self, step, stepdir) -> List[str]:
+        """fsd-extract-student for ``init: {from: STEP, keep: ...}``."""
+        spec = dict(step["init"])
+        source = self.done[spec.pop("from")]["checkpoint"]
+        options = extraction_options(spec, self.cfg.get("seed", 1))
+        return ["fsd-extract-student", source, os.path.join(stepdir, "init.pt"),
+                *flags({k.replace("_", "-"): v for k, v in options.items()})]
+
+    def train_command(self, step, stepdir, first_launch=True) -> List[str]:
         options = self.train_options(step, os.path.join(stepdir, "checkpoints"))
-        options.update(self.starting_point(step, stepdir))
-        cmd = [sys.executable, "-m", "fairseq_cli.train", self.data_of(step), *flags(options)]
+        if first_launch:
+            options.update(self.starting_point(step, stepdir))
+        return ["fairseq-train", self.data_of(step), *flags(options)]
+
+    def evaluation_command(self, checkpoint) -> List[str]:
+        ev = self.cfg.get("eval", {})
+        return ["fsd-evaluate", checkpoint, self.data_bin, "--subset", "test", "--beam", str(ev.get("beam", 4)),
+                "--batch-size", str(ev.get("batch-size", 128)), "--lenpen", str(ev.get("lenpen", 1.0))]
+
+    def commands(self, step) -> List[List[str]]:
+        """What a step runs, as command lines of the installed tools (on a first launch)."""
+        stepdir = self.step_dir(step)
+        if "seqkd" in step:
+            return [self.seqkd_command(step, stepdir)]
+        planned = planned_record(step, stepdir)
+        best = os.path.join(stepdir, "checkpoints", "checkpoint_best.pt")
+        return ([self.extraction_command(step, stepdir)] if step.get("init") else []) + [
+            self.train_command(step, stepdir),
+            ["fsd-export-student", best, planned["checkpoint"]],
+            self.evaluation_command(planned["checkpoint"]),
+        ]
+
+    def print_commands(self):
+        """Print every selected step as shell commands, running nothing: the recipe as a
+        script that stock fairseq plus this package's tools would run by hand."""
+        print(f"# {self.path}: each step as it runs on its first launch")
+        print(shlex.join(["fsd-prepare-corpus", *self.prepare_data(run=False)]))
+        for step in self.selected_steps():
+            self.keys[step["name"]] = self.step_key(step)
+        for step in self.selected_steps():
+            self.done[step["name"]] = planned_record(step, self.step_dir(step))
+            print(f"\n# step {step['name']}")
+            for argv in self.commands(step):
+                print(shlex.join(argv))
+
+    def run_training(self, step, stepdir):
+        first_launch = not os.path.isfile(os.path.join(stepdir, "checkpoints", "checkpoint_last.pt"))
+        if first_launch and step.get("init"):
+            from fairseq_distill.cli.extract_student import main as extract
+
+            extract(self.extraction_command(step, stepdir)[1:])
+        options = self.train_options(step, os.path.join(stepdir, "checkpoints"))
+        cmd = runnable(self.train_command(step, stepdir, first_launch))
         with open(os.path.join(stepdir, "train.log"), "a") as logf:
             logf.write(" ".join(cmd) + "\n")
         log(" ".join(cmd))
@@ -300,7 +355,7 @@ class Recipe:
             raise RuntimeError(f"training step {step['name']} failed; see {stepdir}/train.log")
 
         best = os.path.join(stepdir, "checkpoints", "checkpoint_best.pt")
-        exported = os.path.join(stepdir, "model.pt")
+        exported = planned_record(step, stepdir)["checkpoint"]
         info = export_decoding_checkpoint(best, exported)
         last = torch.load(os.path.join(stepdir, "checkpoints", "checkpoint_last.pt"),
                           map_location="cpu", weights_only=False)
@@ -313,7 +368,7 @@ class Recipe:
         return {
             "kind": "train",
             "checkpoint": exported,
-            "training_checkpoint": os.path.join(stepdir, "checkpoints", "checkpoint_last.pt"),
+            "training_checkpoint": planned_record(step, stepdir)["training_checkpoint"],
             "model": step["model"],
             "init": step.get("init"),
             "continues": step.get("continue"),
@@ -375,6 +430,23 @@ def finished_recipe(config: str, workdir=None) -> Recipe:
 def completed_epochs(iterator_state) -> int:
     """fairseq saves the iterator at the end of epoch n as (epoch n+1, 0 iterations in it)."""
     return iterator_state["epoch"] - (1 if iterator_state.get("iterations_in_epoch", 0) == 0 else 0)
+
+
+def planned_record(step, stepdir) -> dict:
+    """Where a step leaves what later steps use, known before it runs."""
+    if "seqkd" in step:
+        return {"kind": "seqkd", "data_bin": os.path.join(stepdir, "bin")}
+    return {"kind": "train", "checkpoint": os.path.join(stepdir, "model.pt"),
+            "training_checkpoint": os.path.join(stepdir, "checkpoints", "checkpoint_last.pt")}
+
+
+# the installed tools a printed recipe names, and the modules the runner starts them from (the
+# runner's own interpreter, so it needs no PATH)
+TOOL_MODULES = {"fairseq-train": "fairseq_cli.train", "fsd-seqkd": "fairseq_distill.cli.seqkd"}
+
+
+def runnable(argv: List[str]) -> List[str]:
+    return [sys.executable, "-m", TOOL_MODULES[argv[0]], *argv[1:]]
 
 
 def dependencies(step) -> List[str]:
@@ -444,6 +516,9 @@ def main(argv=None):
     p.add_argument("--workdir", default=None, help="where data, checkpoints and caches go")
     p.add_argument("--results", default=None, help="write <name>.json and <name>.md here")
     p.add_argument("--only", nargs="*", help="run only these steps (and what they depend on)")
+    p.add_argument("--print-commands", action="store_true",
+                   help="print each step's commands (fairseq-train, fsd-seqkd, ...) as a shell script "
+                        "and exit, running nothing")
     p.add_argument("--reuse", nargs="*", default=(),
                    help="results JSON files (e.g. the committed bench/results/*.json) whose rows "
                         "count as done where step name and key match")
@@ -451,7 +526,8 @@ def main(argv=None):
     recipe_name = os.path.splitext(os.path.basename(args.config))[0]
     workdir = args.workdir or os.path.join(REPO, "work", recipe_name)
     try:
-        Recipe(args.config, workdir, args.results, args.only, args.reuse).run()
+        recipe = Recipe(args.config, workdir, args.results, args.only, args.reuse)
+        recipe.print_commands() if args.print_commands else recipe.run()
     except DistillError as e:
         sys.exit(f"recipe: error: {e}")
 

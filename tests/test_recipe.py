@@ -67,7 +67,7 @@ def test_recipe_gpkd_pipeline_and_two_stage_training(tmp_path):
     # stage 2 starts from stage 1's last checkpoint: its update count goes on from 4 to 7
     assert re.search(r"--restore-file \S+/teacher-\w+/checkpoints/checkpoint_last\.pt --reset-dataloader "
                      r"--reset-meters", out)
-    assert "student-gpkd: initialised from layers {'encoder': [2, 4], 'decoder': [2]}" in out
+    assert "[extract] encoder: kept 2 of 4 layers: [2, 4]" in out and "[extract] decoder: kept 1 of 2 layers: [2]" in out
     rows = {r["name"]: r for r in json.load(open(tmp_path / "results" / "gpkd-tiny.json"))["rows"]}
     assert rows["teacher"]["updates"] == 4 and rows["teacher-skip"]["updates"] == 7
     assert rows["student-gpkd"]["updates"] == 4 and rows["student-gpkd"]["shape"]["encoder-layers"] == 2
@@ -77,6 +77,32 @@ def test_recipe_gpkd_pipeline_and_two_stage_training(tmp_path):
     table = open(tmp_path / "results" / "gpkd-tiny.md").read()
     assert "init: layers of teacher (keep top)" in table and "continues teacher" in table
     assert "from teacher-skip's weights" in table
+
+    # --print-commands shows, without running anything, exactly what the runner ran
+    printed = run(python_module("fairseq_distill.recipe", str(config), "--workdir", str(tmp_path / "work"),
+                                "--print-commands")).stdout
+    blocks = dict(re.findall(r"\n# step (\S+)\n(.*?)(?=\n\n|\Z)", printed, re.S))
+    assert list(blocks) == ["teacher", "teacher-skip", "seqkd-data", "student-gpkd", "teacher-finetuned"]
+    for name in ("teacher", "teacher-skip", "student-gpkd", "teacher-finetuned"):
+        train_line = [line for line in blocks[name].split("\n") if line.startswith("fairseq-train ")]
+        assert len(train_line) == 1, blocks[name]
+        stepdir = os.path.dirname(os.path.dirname(rows[name]["training_checkpoint"]))
+        ran = open(os.path.join(stepdir, "train.log")).readline().split()
+        assert ran[1:3] == ["-m", "fairseq_cli.train"] and ran[3:] == train_line[0].split()[1:], name
+    extraction = blocks["student-gpkd"].split("\n")[0].split()
+    assert extraction[0] == "fsd-extract-student" and extraction[1] == rows["teacher"]["checkpoint"]
+    assert extraction[3:] == ["--encoder-keep", "top", "--decoder-keep", "top", "--seed", "1"]
+    seqkd = blocks["seqkd-data"].split()
+    assert seqkd[0] == "fsd-seqkd" and seqkd[seqkd.index("--teacher") + 1] == rows["teacher"]["checkpoint"]
+    export, evaluate = blocks["student-gpkd"].split("\n")[2:]
+    assert export.split()[1:] == [rows["student-gpkd"]["training_checkpoint"].replace("last", "best"),
+                                  rows["student-gpkd"]["checkpoint"]]
+    assert evaluate.split()[:2] == ["fsd-evaluate", rows["student-gpkd"]["checkpoint"]]
+    assert "--beam 1 --batch-size 64" in evaluate  # the recipe's eval settings
+    # printing prepares and writes nothing
+    run(python_module("fairseq_distill.recipe", str(config), "--workdir", str(tmp_path / "fresh"),
+                      "--print-commands"))
+    assert not os.path.exists(tmp_path / "fresh")
 
 
 def test_extends_inherits_settings_merges_models_and_selects_base_steps(tmp_path):

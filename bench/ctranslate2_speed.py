@@ -23,6 +23,7 @@ from fairseq_distill.cli.evaluate import backends_table, evaluate_backends  # no
 from fairseq_distill.ctranslate2_export import export_ctranslate2  # noqa: E402
 from fairseq_distill.recipe import finished_recipe  # noqa: E402
 from fairseq_distill.translators import DecodingOptions  # noqa: E402
+from analysis import is_current, made_from  # noqa: E402
 
 
 def main(argv=None):
@@ -34,6 +35,7 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=3, help="rounds in which the backends take turns")
     p.add_argument("--workdir", default=None)
     p.add_argument("--results", default=os.path.join(REPO, "bench", "results"))
+    p.add_argument("--force", action="store_true", help="measure even if the results are current")
     args = p.parse_args(argv)
 
     recipe = finished_recipe(args.config, args.workdir)
@@ -47,6 +49,9 @@ def main(argv=None):
         if not students:
             sys.exit("ctranslate2_speed: error: no distilled student is trained yet; run bench/run.py first")
         chosen = max(students, key=lambda r: r["bleu"])
+    inputs = made_from(recipe, [chosen["name"]], beam=args.beam, batch_size=args.batch_size, repeats=args.repeats)
+    if is_current(os.path.join(args.results, f"{recipe.name}_ctranslate2.json"), inputs, args.force):
+        return
     checkpoint = chosen["checkpoint"]
     out_root = os.path.join(os.path.dirname(checkpoint), "ctranslate2")
     dirs = []
@@ -62,7 +67,7 @@ def main(argv=None):
             "parameters": chosen["parameters"], "beam": args.beam, "batch_size": args.batch_size,
             "repeats": args.repeats,
             "device": "cuda" if torch.cuda.is_available() else "cpu", "torch_threads": torch.get_num_threads(),
-            "rows": [{k: v for k, v in r.items() if k != "outputs"} for r in results]}
+            "rows": [{k: v for k, v in r.items() if k != "outputs"} for r in results], "inputs": inputs}
     os.makedirs(args.results, exist_ok=True)
     stem = os.path.join(args.results, f"{recipe.name}_ctranslate2")
     with open(stem + ".json", "w") as f:

@@ -21,6 +21,7 @@ import torch  # noqa: E402
 
 from fairseq_distill.cli.evaluate import evaluate  # noqa: E402
 from fairseq_distill.recipe import finished_recipe  # noqa: E402
+from analysis import is_current, made_from  # noqa: E402
 
 
 def main(argv=None):
@@ -32,6 +33,7 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--workdir", default=None)
     p.add_argument("--results", default=os.path.join(REPO, "bench", "results"))
+    p.add_argument("--force", action="store_true", help="measure even if the results are current")
     args = p.parse_args(argv)
 
     recipe = finished_recipe(args.config, args.workdir)
@@ -42,6 +44,11 @@ def main(argv=None):
         sys.exit(f"decode_speed: error: runs {missing} are not trained in {recipe.workdir}; "
                  f"trained: {trained}")
     batch_size = recipe.cfg.get("eval", {}).get("batch-size", 128)
+    inputs = made_from(recipe, runs, reference=args.reference, beams=args.beams, repeats=args.repeats,
+                       batch_size=batch_size)
+    stem = os.path.join(args.results, f"{recipe.name}_decode_speed")
+    if is_current(stem + ".json", inputs, args.force):
+        return
 
     best = {}  # (run, beam) -> fastest record
     for round_ in range(args.repeats):
@@ -83,8 +90,7 @@ def main(argv=None):
     os.makedirs(args.results, exist_ok=True)
     meta = {"recipe": recipe.name, "reference": args.reference, "batch_size": batch_size,
             "repeats": args.repeats, "device": "cuda" if torch.cuda.is_available() else "cpu",
-            "torch_threads": torch.get_num_threads(), "rows": rows}
-    stem = os.path.join(args.results, f"{recipe.name}_decode_speed")
+            "torch_threads": torch.get_num_threads(), "rows": rows, "inputs": inputs}
     with open(stem + ".json", "w") as f:
         json.dump(meta, f, indent=2)
     with open(stem + ".md", "w") as f:

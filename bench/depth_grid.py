@@ -17,6 +17,7 @@ sys.path.insert(0, REPO)
 
 from fairseq_distill.cli.evaluate_depths import evaluate_depths  # noqa: E402
 from fairseq_distill.recipe import finished_recipe  # noqa: E402
+from analysis import is_current, made_from  # noqa: E402
 
 
 def main(argv=None):
@@ -25,10 +26,16 @@ def main(argv=None):
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--workdir", default=None)
     p.add_argument("--results", default=os.path.join(REPO, "bench", "results"))
+    p.add_argument("--force", action="store_true", help="evaluate even if the results are current")
     args = p.parse_args(argv)
     recipe = finished_recipe(args.config, args.workdir)
     batch = recipe.cfg.get("eval", {}).get("batch-size", 128)
-    summary = {"recipe": recipe.name, "beam": args.beam, "models": {}}
+    trained = [s["name"] for s in recipe.cfg["steps"] if recipe.done.get(s["name"], {}).get("kind") == "train"]
+    inputs = made_from(recipe, trained, beam=args.beam, batch_size=batch)
+    stem = os.path.join(args.results, f"{recipe.name}_grid")
+    if is_current(stem + ".json", inputs, args.force):
+        return
+    summary = {"recipe": recipe.name, "beam": args.beam, "models": {}, "inputs": inputs}
     sections = []
     for step in recipe.cfg["steps"]:
         record = recipe.done.get(step["name"])
@@ -56,7 +63,6 @@ def main(argv=None):
                             f"(trained {record['epochs']} epochs, {record['train_seconds'] / 60:.1f} min)\n")
     if not summary["models"]:
         sys.exit("depth_grid: error: nothing trained yet; run bench/run.py on the recipe first")
-    stem = os.path.join(args.results, f"{recipe.name}_grid")
     with open(stem + ".json", "w") as f:
         json.dump(summary, f, indent=2)
     with open(stem + ".md", "w") as f:

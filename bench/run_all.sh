@@ -2,6 +2,8 @@
 # Every benchmark, in order of dependence, each recipe followed by its analyses; finished
 # steps (local, or committed rows in bench/results) are skipped, so rerunning continues
 # where the last run stopped (an interrupted training resumes from its last checkpoint).
+# An analysis whose results were made from the same runs and options is not redone
+# (bench/analysis.py; --force on a script redoes it).
 #   WORKDIR=dir   where data and checkpoints go (default ~/.cache/fairseq_distill/bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -31,6 +31,7 @@ from fairseq.trainer import Trainer  # noqa: E402
 
 import fairseq_distill  # noqa: E402,F401
 from fairseq_distill.recipe import HEAP_MALLOC, finished_recipe, flags  # noqa: E402
+from analysis import is_current, made_from  # noqa: E402
 
 
 def time_step(data, train_flags, warmup, steps, max_tokens):
@@ -102,18 +103,24 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--results", default=os.path.join(REPO, "bench", "results"))
+    p.add_argument("--force", action="store_true", help="measure even if the results are current")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this step in this process
     args = p.parse_args()
     if args.one:
         return measure_one(args)
     recipe = finished_recipe(args.config, args.workdir)
-
-    rows = []
-    for step in recipe.cfg["steps"]:
-        if not step.get("teacher") or step.get("data"):
-            continue  # criterion rows on the original data only
+    # criterion rows on the original data only
+    measured = [s for s in recipe.cfg["steps"] if s.get("teacher") and not s.get("data")]
+    for step in measured:
         if step["teacher"] not in recipe.done:
             sys.exit(f"step_cost: the teacher step '{step['teacher']}' has not been run; run bench/run.py first")
+    inputs = made_from(recipe, [s["name"] for s in measured], steps=args.steps, warmup=args.warmup,
+                       max_tokens=args.max_tokens)
+    if is_current(os.path.join(args.results, f"{recipe.name}_step_cost.json"), inputs, args.force):
+        return
+
+    rows = []
+    for step in measured:
         cmd = [sys.executable, os.path.abspath(__file__), args.config, "--one", step["name"],
                "--steps", str(args.steps), "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens)]
         if args.workdir:
@@ -148,7 +155,7 @@ def main():
     os.makedirs(args.results, exist_ok=True)
     meta = {"recipe": recipe.name, "steps": args.steps, "warmup": args.warmup, "max_tokens": args.max_tokens,
             "threads": torch.get_num_threads(), "device": "cuda" if torch.cuda.is_available() else "cpu",
-            "rows": rows}
+            "rows": rows, "inputs": inputs}
     with open(os.path.join(args.results, f"{recipe.name}_step_cost.json"), "w") as f:
         json.dump(meta, f, indent=2)
     with open(os.path.join(args.results, f"{recipe.name}_step_cost.md"), "w") as f:

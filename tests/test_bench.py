@@ -45,6 +45,15 @@ def test_step_cost_reports_each_criterion_relative_to_word_kd(kd_recipe):
             r["median_step_seconds"] / rows["wordkd"]["median_step_seconds"], abs=1e-3)
     assert "| a2d | a2d |" in open(results / "kd-tiny_step_cost.md").read()
 
+    # made from the same runs with the same options: not measured again, unless forced
+    before = open(results / "kd-tiny_step_cost.json").read()
+    again = bench("step_cost.py", config, work, results, "--steps", "2", "--warmup", "1")
+    assert "[kd-tiny_step_cost.json] current: made from the same runs (wordkd, alp, a2d)" in again
+    assert "[step_cost]" not in again and open(results / "kd-tiny_step_cost.json").read() == before
+    other = bench("step_cost.py", config, work, results, "--steps", "3", "--warmup", "1")
+    assert other.count("[step_cost]") == 3
+    assert json.load(open(results / "kd-tiny_step_cost.json"))["inputs"]["options"]["steps"] == 3
+
 
 def test_heatmaps_of_alp_and_a2d_runs(kd_recipe):
     config, work, results = kd_recipe
@@ -102,6 +111,8 @@ def test_depth_grid_and_decode_speed(tmp_path):
         assert {(r["encoder_depth"], r["decoder_depth"]) for r in grid[name]["rows"]} == pairs
         assert os.path.isfile(results / f"depth-tiny_{name}.png")
     assert [(r["encoder_depth"], r["decoder_depth"]) for r in grid["single"]["rows"]] == [(1, 1)]
+    assert "current: made from the same runs" in bench("depth_grid.py", config, work, results, "--beam", "1")
+    assert "current:" not in bench("depth_grid.py", config, work, results, "--beam", "1", "--force")
 
     bench("decode_speed.py", config, work, results, "--reference", "full", "--runs", "single",
           "--beams", "1", "--repeats", "1")

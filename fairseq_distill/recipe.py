@@ -187,6 +187,9 @@ class Recipe:
         for step in steps:
             name = step["name"]
             if name not in selected:
+                # not run now, but a finished step keeps its row in the results
+                if name in local or name in committed:
+                    self.done[name] = local.get(name) or committed[name]
                 continue
             if name in local:
                 self.done[name] = local[name]

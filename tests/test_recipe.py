@@ -40,6 +40,10 @@ def test_recipe_runs_caches_and_reports(tmp_path):
     again = run(cmd).stdout
     assert again.count(": cached (") == 3
     assert "fairseq_cli.train" not in again
+    # --only runs a part of the recipe; the results still list every finished step
+    run(cmd + ["--only", "teacher"])
+    after = json.load(open(tmp_path / "results" / "tiny.json"))
+    assert [r["name"] for r in after["rows"]] == ["teacher", "student-seqkd-wordkd"]
     # the decoding checkpoints of finished runs exist and are clean
     assert os.path.isfile(student["checkpoint"])
 

@@ -17,10 +17,10 @@ $PY bench/ctranslate2_speed.py configs/foundation.yaml --workdir "$W"
 recipe layer_kd
 $PY bench/step_cost.py configs/layer_kd.yaml --workdir "$W"
 $PY bench/heatmaps.py configs/layer_kd.yaml --workdir "$W"
-recipe a2d
-$PY bench/step_cost.py configs/a2d.yaml --workdir "$W"
-$PY bench/heatmaps.py configs/a2d.yaml --workdir "$W"
 recipe flexible_depth
 $PY bench/depth_grid.py configs/flexible_depth.yaml --workdir "$W"
 recipe gpkd
 $PY bench/decode_speed.py configs/gpkd.yaml --workdir "$W" --reference teacher-gp
+recipe a2d
+$PY bench/step_cost.py configs/a2d.yaml --workdir "$W"
+$PY bench/heatmaps.py configs/a2d.yaml --workdir "$W"

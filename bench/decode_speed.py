@@ -37,7 +37,7 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     recipe = finished_recipe(args.config, args.workdir)
-    trained = [s["name"] for s in recipe.cfg["steps"] if recipe.done.get(s["name"], {}).get("kind") == "train"]
+    trained = recipe.trained_runs()
     runs = [args.reference] + [r for r in (args.runs or trained) if r != args.reference]
     missing = [r for r in runs if r not in trained]
     if missing:

@@ -30,8 +30,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     recipe = finished_recipe(args.config, args.workdir)
     batch = recipe.cfg.get("eval", {}).get("batch-size", 128)
-    trained = [s["name"] for s in recipe.cfg["steps"] if recipe.done.get(s["name"], {}).get("kind") == "train"]
-    inputs = made_from(recipe, trained, beam=args.beam, batch_size=batch)
+    inputs = made_from(recipe, recipe.trained_runs(), beam=args.beam, batch_size=batch)
     stem = os.path.join(args.results, f"{recipe.name}_grid")
     if is_current(stem + ".json", inputs, args.force):
         return

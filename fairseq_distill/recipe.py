@@ -226,6 +226,10 @@ class Recipe:
                 selected.update(dependencies(step))
         return [s for s in steps if s["name"] in selected]
 
+    def trained_runs(self) -> List[str]:
+        """Names of the finished training steps, in recipe order."""
+        return [s["name"] for s in self.cfg["steps"] if self.done.get(s["name"], {}).get("kind") == "train"]
+
     def committed_rows(self) -> Dict[str, dict]:
         """Rows of committed results whose step name and key match a step of this recipe."""
         found = {}
@@ -296,8 +300,8 @@ class Recipe:
         return ["fsd-extract-student", source, os.path.join(stepdir, "init.pt"),
                 *flags({k.replace("_", "-"): v for k, v in options.items()})]
 
-    def train_command(self, step, stepdir, first_launch=True) -> List[str]:
-        options = self.train_options(step, os.path.join(stepdir, "checkpoints"))
+    def train_command(self, step, stepdir, first_launch=True, options=None) -> List[str]:
+        options = dict(options or self.train_options(step, os.path.join(stepdir, "checkpoints")))
         if first_launch:
             options.update(self.starting_point(step, stepdir))
         return ["fairseq-train", self.data_of(step), *flags(options)]
@@ -325,7 +329,7 @@ class Recipe:
         script that stock fairseq plus this package's tools would run by hand."""
         print(f"# {self.path}: each step as it runs on its first launch")
         print(shlex.join(["fsd-prepare-corpus", *self.prepare_data(run=False)]))
-        for step in self.selected_steps():
+        for step in self.cfg["steps"]:
             self.keys[step["name"]] = self.step_key(step)
         for step in self.selected_steps():
             self.done[step["name"]] = planned_record(step, self.step_dir(step))
@@ -340,7 +344,7 @@ class Recipe:
 
             extract(self.extraction_command(step, stepdir)[1:])
         options = self.train_options(step, os.path.join(stepdir, "checkpoints"))
-        cmd = runnable(self.train_command(step, stepdir, first_launch))
+        cmd = runnable(self.train_command(step, stepdir, first_launch, options))
         with open(os.path.join(stepdir, "train.log"), "a") as logf:
             logf.write(" ".join(cmd) + "\n")
         log(" ".join(cmd))

@@ -29,6 +29,7 @@ A recipe (see ``configs/*.yaml``)::
 Flags are written without the leading dashes; ``true`` means a bare switch.
 """
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -162,7 +163,7 @@ class Recipe:
             record_path = os.path.join(self.step_dir(step), "record.json")
             if os.path.isfile(record_path):
                 with open(record_path) as f:
-                    self.done[step["name"]] = json.load(f)
+                    self.done[step["name"]] = with_run(json.load(f))
 
     def run(self):
         """Run what is missing. A step is done if its directory holds a record, or if the
@@ -178,7 +179,7 @@ class Recipe:
             record_path = os.path.join(self.step_dir(step), "record.json")
             if os.path.isfile(record_path):
                 with open(record_path) as f:
-                    local[step["name"]] = json.load(f)
+                    local[step["name"]] = with_run(json.load(f))
         committed = self.committed_rows()
         must_run = {n for n in selected if n not in local and n not in committed}
         for step in reversed(steps):  # a step that runs needs its dependencies' files here
@@ -203,11 +204,14 @@ class Recipe:
             os.makedirs(stepdir, exist_ok=True)
             log(f"{name}: running in {stepdir}")
             record = self.run_seqkd(step, stepdir) if "seqkd" in step else self.run_training(step, stepdir)
-            record.update({"name": name, "key": self.keys[name]})
+            record.update({"name": name, "key": self.keys[name], "run": run_fingerprint(record),
+                           # which runs of its dependencies this one was made from
+                           "uses": {d: self.done[d].get("run") for d in dependencies(step)}})
             if name in committed:
                 # rerun only for its files: say whether it reproduced the committed result
                 before, after = committed[name].get("bleu"), record.get("bleu")
                 record["reproduces_committed"] = before == after
+                record["committed_bleu"] = before
                 if before != after:
                     log(f"WARNING: {name} reran with BLEU {after}, the committed results say "
                         f"{before}; rows from the two runs do not share this step")
@@ -404,7 +408,7 @@ class Recipe:
     def write_results(self, quiet=False):
         rows = [self.done[s["name"]] for s in self.cfg["steps"]
                 if s["name"] in self.done and self.done[s["name"]]["kind"] == "train"]
-        table = markdown_table(rows)
+        table = markdown_table(rows, {n: r.get("run") for n, r in self.done.items()})
         if not quiet:
             print("\n" + table)
         if self.results_dir:
@@ -486,10 +490,50 @@ HEAP_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**40)}
 SPEED_SETUP = "fused KD term, heap malloc (2026-11-23)"
 
 
-def markdown_table(rows) -> str:
+def run_fingerprint(record) -> str:
+    """A short hash of what a finished step produced (its decoding checkpoint, or its seq-KD
+    training data): two runs of the same step with different results differ in it."""
+    if record["kind"] == "train":
+        paths = [record["checkpoint"]]
+    else:
+        paths = sorted(glob.glob(os.path.join(record["data_bin"], "train.*")))
+    h = hashlib.sha1()
+    for path in paths:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:12]
+
+
+def with_run(record) -> dict:
+    """A local record, fingerprinted if it was written before records carried one."""
+    if "run" not in record:
+        record["run"] = run_fingerprint(record)
+    return record
+
+
+def row_dependencies(row) -> List[str]:
+    """The steps a results row was made from (as :func:`dependencies`, from the row)."""
+    deps = [row.get("teacher"), None if row.get("data") in (None, "original") else row["data"],
+            (row.get("init") or {}).get("from"), row.get("continues"), row.get("finetunes")]
+    return [d for d in deps if d]
+
+
+def other_runs_used(row, runs: Dict[str, str]) -> List[str]:
+    """The dependencies of ``row`` whose run in this table is not the one it was made from.
+    Rows from before runs were fingerprinted count as made from an unfingerprinted run."""
+    used = row.get("uses") or {}
+    return [d for d in row_dependencies(row) if d in runs and used.get(d) != runs[d]]
+
+
+def markdown_table(rows, runs: Dict[str, str] = None) -> str:
+    """``runs``: step name -> run fingerprint of every finished step (default: the rows'), to
+    mark rows made from another run of a step than the one listed (e.g. a retrained teacher)."""
+    if runs is None:
+        runs = {r["name"]: r.get("run") for r in rows}
     head = ("| run | shape (enc+dec, d, ffn) | params | KD | data | epochs | updates | train time | "
             "BLEU | tokens/s |\n|---|---|---|---|---|---|---|---|---|---|")
-    lines = [head]
+    lines, stale = [head], []
     # wall times of rows trained under an older speed set-up are marked, when the table mixes them
     mixed = len({bool(r.get("speed_setup")) for r in rows}) > 1
     for r in rows:
@@ -504,8 +548,11 @@ def markdown_table(rows) -> str:
         if r.get("finetunes"):
             kd += f"; from {r['finetunes']}'s weights"
         mark = " †" if mixed and not r.get("speed_setup") else ""
+        other = other_runs_used(r, runs)
+        if other:
+            stale.append((r["name"], other))
         lines.append(
-            f"| {r['name']} | {s['encoder-layers']}+{s['decoder-layers']}, {s['encoder-embed-dim']}, "
+            f"| {r['name']}{' ‡' if other else ''} | {s['encoder-layers']}+{s['decoder-layers']}, {s['encoder-embed-dim']}, "
             f"{s['encoder-ffn-embed-dim']} | {r['parameters'] / 1e6:.2f}M | {kd} | {r['data']} | "
             f"{r['epochs']} | {r['updates']} | {r['train_seconds'] / 60:.1f} min{mark} | "
             f"{r['bleu']:.2f} | {r['tokens_per_second']:.0f} |"
@@ -514,6 +561,17 @@ def markdown_table(rows) -> str:
         lines.append(f"\n† trained before the runner's speed set-up ({SPEED_SETUP}): its steps ran up to "
                      f"~1.5x slower, so compare its train time only with other † rows; training-step costs "
                      f"measured side by side are in bench/results/*_step_cost.md.")
+    if stale:
+        retrained = {d for _, deps in stale for d in deps}
+        notes = []
+        for r in rows:
+            if r["name"] in retrained and r.get("committed_bleu") is not None:
+                notes.append(f"{r['name']} was retrained with the same recipe and seed and scored "
+                             f"{r['bleu']:.2f}; the run the ‡ rows used scored {r['committed_bleu']:.2f}")
+        lines.append("\n‡ made from another run of " + ", ".join(sorted(retrained)) + " than the row in "
+                     "this table (" + "; ".join(f"{n}: {', '.join(d)}" for n, d in stale) + "). "
+                     + ("; ".join(notes) + ". " if notes else "")
+                     + "Compare ‡ rows with the others with care: they do not share that step.")
     return "\n".join(lines)
 
 

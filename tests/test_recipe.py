@@ -146,3 +146,33 @@ def test_table_marks_rows_trained_under_another_speed_setup():
     assert table.count(" † |") == 1 and "compare its train time only with other † rows" in table
     # one set-up throughout: nothing to mark
     assert "†" not in markdown_table([row]) and "†" not in markdown_table([new])
+
+
+def test_table_marks_rows_made_from_another_run_of_their_teacher():
+    """A retrained teacher (same recipe and seed, other weights) does not silently pair with
+    rows that were trained against its earlier run."""
+    from fairseq_distill.recipe import markdown_table
+
+    shape = {"encoder-layers": 2, "decoder-layers": 2, "encoder-embed-dim": 64, "encoder-ffn-embed-dim": 256}
+    base = {"shape": shape, "parameters": 750000, "data": "original", "epochs": 10, "updates": 1350,
+            "train_seconds": 900.0, "tokens_per_second": 2500.0, "speed_setup": "x"}
+    teacher = {**base, "name": "teacher", "criterion": "label_smoothed_cross_entropy", "teacher": None,
+               "bleu": 37.11, "run": "aaaa", "committed_bleu": 37.03, "uses": {}}
+    old = {**base, "name": "old-kd", "criterion": "word_kd", "teacher": "teacher", "bleu": 26.51}  # no run record
+    new = {**base, "name": "new-kd", "criterion": "a2d", "teacher": "teacher", "bleu": 25.0,
+           "run": "bbbb", "uses": {"teacher": "aaaa"}}
+    other = {**new, "name": "other-kd", "uses": {"teacher": "cccc"}}
+    table = markdown_table([teacher, old, new, other])
+    assert "| old-kd ‡ |" in table and "| other-kd ‡ |" in table
+    assert "| new-kd |" in table and "| teacher |" in table
+    assert "‡ made from another run of teacher than the row in this table (old-kd: teacher; other-kd: teacher)" in table
+    assert "teacher was retrained with the same recipe and seed and scored 37.11; the run the ‡ rows used scored 37.03" in table
+    # tables from before fingerprints (no run anywhere) and consistent tables mark nothing
+    legacy_teacher = {k: v for k, v in teacher.items() if k not in ("run", "committed_bleu", "uses")}
+    assert "‡" not in markdown_table([legacy_teacher, old])
+    assert "‡" not in markdown_table([teacher, new])
+    # seq-KD data count too: a row on data from another seq-KD run is marked
+    on_data = {**base, "name": "on-seqkd", "criterion": "label_smoothed_cross_entropy", "teacher": None,
+               "data": "seqkd-data", "bleu": 27.0, "run": "dddd", "uses": {"seqkd-data": "eeee"}}
+    assert "| on-seqkd ‡ |" in markdown_table([teacher, on_data], {"teacher": "aaaa", "seqkd-data": "ffff"})
+    assert "‡" not in markdown_table([teacher, on_data], {"teacher": "aaaa", "seqkd-data": "eeee"})

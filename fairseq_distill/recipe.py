@@ -163,7 +163,7 @@ class Recipe:
             record_path = os.path.join(self.step_dir(step), "record.json")
             if os.path.isfile(record_path):
                 with open(record_path) as f:
-                    self.done[step["name"]] = with_run(json.load(f))
+                    self.done[step["name"]] = with_run(json.load(f), record_path)
 
     def run(self):
         """Run what is missing. A step is done if its directory holds a record, or if the
@@ -179,7 +179,7 @@ class Recipe:
             record_path = os.path.join(self.step_dir(step), "record.json")
             if os.path.isfile(record_path):
                 with open(record_path) as f:
-                    local[step["name"]] = with_run(json.load(f))
+                    local[step["name"]] = with_run(json.load(f), record_path)
         committed = self.committed_rows()
         must_run = {n for n in selected if n not in local and n not in committed}
         for step in reversed(steps):  # a step that runs needs its dependencies' files here
@@ -505,18 +505,20 @@ def run_fingerprint(record) -> str:
     return h.hexdigest()[:12]
 
 
-def with_run(record) -> dict:
-    """A local record, fingerprinted if it was written before records carried one."""
+def with_run(record, record_path) -> dict:
+    """A local record, fingerprinted (once, saved back) if written before records carried one."""
     if "run" not in record:
         record["run"] = run_fingerprint(record)
+        with open(record_path, "w") as f:
+            json.dump(record, f, indent=2)
     return record
 
 
 def row_dependencies(row) -> List[str]:
-    """The steps a results row was made from (as :func:`dependencies`, from the row)."""
-    deps = [row.get("teacher"), None if row.get("data") in (None, "original") else row["data"],
-            (row.get("init") or {}).get("from"), row.get("continues"), row.get("finetunes")]
-    return [d for d in deps if d]
+    """The steps a results row was made from: :func:`dependencies` of the step it records."""
+    data = None if row.get("data") in (None, "original") else row["data"]
+    return dependencies({"teacher": row.get("teacher"), "data": data, "init": row.get("init"),
+                         "continue": row.get("continues"), "finetune": row.get("finetunes")})
 
 
 def other_runs_used(row, runs: Dict[str, str]) -> List[str]:

@@ -33,6 +33,7 @@ import glob
 import hashlib
 import json
 import os
+import platform
 import shlex
 import subprocess
 import sys
@@ -262,7 +263,8 @@ class Recipe:
         out = planned_record(step, stepdir)["data_bin"]
         with open(os.path.join(out, "seqkd_summary.json")) as f:
             summary = json.load(f)
-        return {"kind": "seqkd", "data_bin": out, "wall_seconds": round(time.time() - started, 1), **summary}
+        return {"kind": "seqkd", "data_bin": out, "wall_seconds": round(time.time() - started, 1),
+                "cpu": cpu_model(), **summary}
 
     def train_options(self, step, save_dir) -> dict:
         """The fairseq-train flags of a training step (recipe defaults, model, step, criterion)."""
@@ -401,6 +403,7 @@ class Recipe:
             "sentences_per_second": result["sentences_per_second"],
             "beam": result["beam"],
             "speed_setup": SPEED_SETUP,
+            "cpu": cpu_model(),
         }
 
     # -- results ------------------------------------------------------------------------
@@ -487,6 +490,20 @@ def extraction_options(spec: dict, seed: int) -> dict:
 # step 1.5x faster with identical numbers. Values the user sets win.
 HEAP_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**40)}
 # Wall times of rows trained under different set-ups do not compare; the record says which.
+def cpu_model() -> str:
+    """The CPU a run was made on. A recipe step repeated with the same seed gives bit-identical
+    weights on one machine, but not across CPU types (their float kernels round differently),
+    so this says which runs could have reproduced each other."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        return platform.processor() or platform.machine()
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    name = " ".join(fields.get("model name\t", platform.machine()).split())
+    return name + (" (avx512)" if " avx512f" in fields.get("flags\t\t", "") else "")
+
+
 SPEED_SETUP = "fused KD term, heap malloc (2026-11-23)"
 
 

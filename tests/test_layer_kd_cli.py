@@ -70,6 +70,7 @@ def test_alp_heatmap_export(tiny_data, deep_teacher, tmp_path):
     assert sum(enc[0]["weights"]) == pytest.approx(1.0, abs=1e-3)  # averaged attention sums to one
     assert len(matrices["decoder"][0]["weights"]) == 3
     assert "encoder student layer 1:" in out
+    assert "DEBUG:matplotlib" not in out  # fairseq's import-time DEBUG root logger is kept out of plots
 
     exported = str(tmp_path / "student.pt")
     run(python_module("fairseq_distill.cli.export_student", f"{save}/checkpoint_last.pt", exported))

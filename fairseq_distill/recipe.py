@@ -236,9 +236,12 @@ class Recipe:
         return [s["name"] for s in self.cfg["steps"] if self.done.get(s["name"], {}).get("kind") == "train"]
 
     def committed_rows(self) -> Dict[str, dict]:
-        """Rows of committed results whose step name and key match a step of this recipe."""
+        """Rows of committed results whose step name and key match a step of this recipe. The
+        recipe's own table (``<name>.json``) wins over other tables holding a step of the same
+        name and key (e.g. a teacher that recipe retrained, shared with another recipe)."""
         found = {}
-        for path in self.reuse:
+        own = f"{self.name}.json"
+        for path in sorted(self.reuse, key=lambda p: os.path.basename(p) == own):  # own file last
             if not os.path.isfile(path):
                 continue
             with open(path) as f:

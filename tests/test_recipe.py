@@ -176,3 +176,26 @@ def test_table_marks_rows_made_from_another_run_of_their_teacher():
                "data": "seqkd-data", "bleu": 27.0, "run": "dddd", "uses": {"seqkd-data": "eeee"}}
     assert "| on-seqkd ‡ |" in markdown_table([teacher, on_data], {"teacher": "aaaa", "seqkd-data": "ffff"})
     assert "‡" not in markdown_table([teacher, on_data], {"teacher": "aaaa", "seqkd-data": "eeee"})
+
+
+def test_a_recipes_own_committed_table_wins_over_another_tables_row(tmp_path):
+    """Two committed tables hold the same step (name and key) from different runs, e.g. a
+    teacher one recipe retrained: the recipe reuses the row of its own table."""
+    import json
+
+    from fairseq_distill.recipe import Recipe
+
+    config = tmp_path / "mine.yaml"
+    config.write_text("name: mine\ndata: {corpus: multi30k}\nmodels: {m: {arch: transformer}}\n"
+                      "steps:\n  - {name: teacher, model: m}\n  - {name: other, model: m}\n")
+    rows = {"a.json": 37.03, "mine.json": 37.11, "z.json": 36.0}
+    for file, bleu in rows.items():
+        (tmp_path / file).write_text(json.dumps({"rows": [{"name": "teacher", "key": "k1", "bleu": bleu},
+                                                          {"name": "other", "key": "stale", "bleu": 1.0}]}))
+    paths = [str(tmp_path / f) for f in sorted(rows)]
+    for order in (paths, paths[::-1]):
+        recipe = Recipe(str(config), str(tmp_path / "work"), None, reuse=order)
+        recipe.keys = {"teacher": "k1", "other": "k2"}
+        found = recipe.committed_rows()
+        assert found["teacher"]["bleu"] == 37.11
+        assert "other" not in found  # a key that does not match is not reused

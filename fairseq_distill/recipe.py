@@ -492,11 +492,12 @@ def extraction_options(spec: dict, seed: int) -> dict:
 # time in the kernel. Keeping freed memory in the heap (no mmap, no trimming) made the
 # step 1.5x faster with identical numbers. Values the user sets win.
 HEAP_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**40)}
-# Wall times of rows trained under different set-ups do not compare; the record says which.
+
+
 def cpu_model() -> str:
     """The CPU a run was made on. A recipe step repeated with the same seed gives bit-identical
-    weights on one machine, but not across CPU types (their float kernels round differently),
-    so this says which runs could have reproduced each other."""
+    weights on one machine; on another machine it need not (CPU float kernels may round
+    differently), so this says which runs could have reproduced each other."""
     try:
         with open("/proc/cpuinfo") as f:
             info = f.read()
@@ -507,6 +508,7 @@ def cpu_model() -> str:
     return name + (" (avx512)" if " avx512f" in fields.get("flags\t\t", "") else "")
 
 
+# Wall times of rows trained under different set-ups do not compare; the record says which.
 SPEED_SETUP = "fused KD term, heap malloc (2026-11-23)"
 
 

@@ -20,6 +20,22 @@ from fairseq_distill.recipe import finished_recipe  # noqa: E402
 from analysis import is_current, made_from  # noqa: E402
 
 
+def model_grid(recipe, name, checkpoint, out, prune, beam, batch_size, force):
+    """One model's grid, kept in ``out.{json,md,png}``: a model whose grid is already current is
+    not decoded again, so an interrupted evaluation decodes only the models it had not finished."""
+    inputs = made_from(recipe, [name], beam=beam, batch_size=batch_size)
+    if is_current(out + ".json", inputs, force):
+        with open(out + ".json") as f, open(out + ".md") as g:
+            return json.load(f)["rows"], g.read()
+    rows, table = evaluate_depths(checkpoint, recipe.data_bin, out, prune=prune, beam=beam,
+                                  batch_size=batch_size, title=f"{recipe.name}: {name}")
+    with open(out + ".json") as f:
+        stored = json.load(f)
+    with open(out + ".json", "w") as f:
+        json.dump({**stored, "inputs": inputs}, f, indent=2)
+    return rows, table
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
     p.add_argument("config")
@@ -44,9 +60,9 @@ def main(argv=None):
         multi = (step.get("train") or {}).get("task") == "translation_multidepth"
         if multi or step["name"] == "layerdrop":
             out = os.path.join(args.results, f"{recipe.name}_{step['name']}")
-            rows, table = evaluate_depths(record["checkpoint"], recipe.data_bin, out,
-                                          prune=None if arch == "flexible_transformer" else "left",
-                                          beam=args.beam, batch_size=batch, title=f"{recipe.name}: {step['name']}")
+            rows, table = model_grid(recipe, step["name"], record["checkpoint"], out,
+                                     prune=None if arch == "flexible_transformer" else "left",
+                                     beam=args.beam, batch_size=batch, force=args.force)
             summary["models"][step["name"]] = {"rows": rows, "train_seconds": record["train_seconds"],
                                                "epochs": record["epochs"], "updates": record["updates"]}
             sections.append(table.replace(f"# {recipe.name}: {step['name']}", f"## {step['name']}"))

@@ -38,7 +38,7 @@ import shlex
 import subprocess
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 import yaml
@@ -285,21 +285,38 @@ class Recipe:
             options["cpu"] = True
         return options
 
+    def start_checkpoint(self, step, stepdir) -> Optional[str]:
+        """The checkpoint a run starts from, if it does not start from scratch."""
+        if step.get("init"):
+            return os.path.join(stepdir, "init.pt")  # the student extracted by extraction_command()
+        parent = step.get("finetune") or step.get("continue")
+        return self.done[parent]["training_checkpoint"] if parent else None
+
     def starting_point(self, step, stepdir) -> dict:
         """fairseq-train flags that start a run from another step's model (on its first launch
         only: later launches resume from the run's own checkpoint_last.pt)."""
+        start = self.start_checkpoint(step, stepdir)
         if step.get("init"):
-            # the student extracted by extraction_command()
-            return {"restore-file": os.path.join(stepdir, "init.pt"), "reset-optimizer": True,
+            return {"restore-file": start, "reset-optimizer": True,
                     "reset-lr-scheduler": True, "reset-meters": True, "reset-dataloader": True}
         if step.get("finetune"):
-            return {"finetune-from-model": self.done[step["finetune"]]["training_checkpoint"]}
+            return {"finetune-from-model": start}
         if step.get("continue"):
             # weights, optimizer and learning-rate schedule go on; epochs count afresh, and the
             # best checkpoint is chosen among this stage's
-            return {"restore-file": self.done[step["continue"]]["training_checkpoint"],
-                    "reset-dataloader": True, "reset-meters": True}
+            return {"restore-file": start, "reset-dataloader": True, "reset-meters": True}
         return {}
+
+    def own_training_seconds(self, step, stepdir, last) -> float:
+        """This step's training wall time. fairseq carries its cumulative training time across
+        resumes in the checkpoints, but also from the checkpoint a run starts from (even with
+        --finetune-from-model), so that run's time is taken off."""
+        start = self.start_checkpoint(step, stepdir)
+        before = 0.0
+        if start:
+            state = torch.load(start, map_location="cpu", weights_only=False)
+            before = (state.get("extra_state") or {}).get("previous_training_time", 0.0)
+        return last["extra_state"]["previous_training_time"] - before
 
     def extraction_command(self, step, stepdir) -> List[str]:
         """fsd-extract-student for ``init: {from: STEP, keep: ...}``."""
@@ -398,8 +415,7 @@ class Recipe:
             "parameters": info["parameters"],
             "updates": info["num_updates"],
             "epochs": completed_epochs(last["extra_state"]["train_iterator"]),
-            # fairseq's own cumulative training wall time, carried across resumes in checkpoints
-            "train_seconds": round(last["extra_state"]["previous_training_time"], 1),
+            "train_seconds": round(self.own_training_seconds(step, stepdir, last), 1),
             "bleu": result["bleu"],
             "bleu_signature": result["bleu_signature"],
             "tokens_per_second": result["tokens_per_second"],
@@ -585,6 +601,10 @@ def markdown_table(rows, runs: Dict[str, str] = None) -> str:
         lines.append(f"\n† trained before the runner's speed set-up ({SPEED_SETUP}): its steps ran up to "
                      f"~1.5x slower, so compare its train time only with other † rows; training-step costs "
                      f"measured side by side are in bench/results/*_step_cost.md.")
+    if any(r.get("continues") or r.get("finetunes") for r in rows):
+        lines.append("\nA row that starts from another step's run (continues / from its weights) states its "
+                     "own train time, without that run's; a continued run's update count goes on from "
+                     "that run's.")
     if stale:
         retrained = {d for _, deps in stale for d in deps}
         notes = []

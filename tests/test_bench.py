@@ -113,6 +113,13 @@ def test_depth_grid_and_decode_speed(tmp_path):
     assert [(r["encoder_depth"], r["decoder_depth"]) for r in grid["single"]["rows"]] == [(1, 1)]
     assert "current: made from the same runs" in bench("depth_grid.py", config, work, results, "--beam", "1")
     assert "current:" not in bench("depth_grid.py", config, work, results, "--beam", "1", "--force")
+    # an evaluation interrupted before the summary resumes: models already evaluated are not decoded again
+    forced = json.load(open(results / "depth-tiny_grid.json"))["models"]
+    os.remove(results / "depth-tiny_grid.json")
+    out = bench("depth_grid.py", config, work, results, "--beam", "1")
+    assert "[depth-tiny_multidepth.json] current" in out and "[depth-tiny_layerdrop.json] current" in out, out
+    assert "[depths]" not in out, out
+    assert json.load(open(results / "depth-tiny_grid.json"))["models"] == forced
 
     bench("decode_speed.py", config, work, results, "--reference", "full", "--runs", "single",
           "--beams", "1", "--repeats", "1")

@@ -3,6 +3,8 @@ import json
 import os
 import re
 
+import pytest
+import torch
 import yaml
 
 from conftest import python_module, run, tiny_recipe
@@ -80,7 +82,16 @@ def test_recipe_gpkd_pipeline_and_two_stage_training(tmp_path):
     assert "loading pretrained model from" in out and rows["teacher-finetuned"]["updates"] == 2
     table = open(tmp_path / "results" / "gpkd-tiny.md").read()
     assert "init: layers of teacher (keep top)" in table and "continues teacher" in table
-    assert "from teacher-skip's weights" in table
+    assert "from teacher-skip's weights" in table and "states its own train time" in table
+    # a run's train time is its own: fairseq's cumulative time, less that of the checkpoint it started from
+    # (fairseq carries it over even with --finetune-from-model); the extracted student starts at 0
+    def cumulative(name):
+        state = torch.load(rows[name]["training_checkpoint"], map_location="cpu", weights_only=False)
+        return state["extra_state"]["previous_training_time"]
+
+    for name, parent in (("teacher-skip", "teacher"), ("teacher-finetuned", "teacher-skip"), ("student-gpkd", None)):
+        own = cumulative(name) - (cumulative(parent) if parent else 0.0)
+        assert rows[name]["train_seconds"] == pytest.approx(own, abs=0.06), name
 
     # --print-commands shows, without running anything, exactly what the runner ran
     printed = run(python_module("fairseq_distill.recipe", str(config), "--workdir", str(tmp_path / "work"),

@@ -12,7 +12,7 @@ A recipe (see ``configs/*.yaml``)::
     data: {corpus: multi30k, bpe: sentencepiece, vocab_size: 8000}
     train: {optimizer: adam, lr: 0.001, ...}     # fairseq-train flags shared by all runs
     models: {teacher: {arch: transformer, encoder-layers: 6, ...}, student: {...}}
-    eval: {beam: 4, batch-size: 128}
+    eval: {beam: 4, batch-size: 128}           # checkpoint: best (default) or last
     steps:
       - {name: teacher, model: teacher, train: {max-epoch: 20}}
       - {name: seqkd, seqkd: {teacher: teacher, beam: 4}}
@@ -150,8 +150,26 @@ class Recipe:
     def step_key(self, step) -> str:
         deps = [self.keys[d] for d in dependencies(step)]
         model = self.cfg.get("models", {}).get(step.get("model"), {})
+        # which checkpoint is evaluated does not change the run: a finished run is re-evaluated
+        # when it changes (see run()), not retrained
+        evaluation = {k: v for k, v in self.cfg.get("eval", {}).items() if k != "checkpoint"}
         return digest([self.data_key, self.cfg.get("seed", 1), self.cfg.get("train", {}),
-                       self.cfg.get("eval", {}), model, step, deps])
+                       evaluation, model, step, deps])
+
+    def evaluated_checkpoint(self) -> str:
+        """Which checkpoint of a training run is exported and evaluated (``eval: {checkpoint:}``):
+        ``best``, fairseq's checkpoint_best.pt (lowest validation loss; the default), or
+        ``last``, the end of the run's budget. Validation loss is measured against the
+        references, so it can rise while a model trained on seq-KD targets improves in BLEU;
+        a recipe comparing such runs at a fixed budget evaluates ``last``."""
+        which = self.cfg.get("eval", {}).get("checkpoint", "best")
+        if which not in ("best", "last"):
+            raise DistillError(f"{self.path}: eval checkpoint {which!r} is not one of 'best', 'last'")
+        return which
+
+    def stale_evaluation(self, record) -> bool:
+        """A finished training run whose record evaluated another checkpoint than the recipe asks for."""
+        return record["kind"] == "train" and record.get("evaluated_checkpoint", "best") != self.evaluated_checkpoint()
 
     def step_dir(self, step) -> str:
         return os.path.join(self.workdir, "runs", f"{step['name']}-{self.keys[step['name']]}")
@@ -181,7 +199,7 @@ class Recipe:
             if os.path.isfile(record_path):
                 with open(record_path) as f:
                     local[step["name"]] = with_run(json.load(f), record_path)
-        committed = self.committed_rows()
+        committed = {n: r for n, r in self.committed_rows().items() if not self.stale_evaluation(r)}
         must_run = {n for n in selected if n not in local and n not in committed}
         for step in reversed(steps):  # a step that runs needs its dependencies' files here
             if step["name"] in must_run:
@@ -194,6 +212,8 @@ class Recipe:
                     self.done[name] = local.get(name) or committed[name]
                 continue
             if name in local:
+                if self.stale_evaluation(local[name]):
+                    local[name] = self.reevaluate(step, local[name])
                 self.done[name] = local[name]
                 log(f"{name}: cached ({self.step_dir(step)})")
                 continue
@@ -343,10 +363,10 @@ class Recipe:
         if "seqkd" in step:
             return [self.seqkd_command(step, stepdir)]
         planned = planned_record(step, stepdir)
-        best = os.path.join(stepdir, "checkpoints", "checkpoint_best.pt")
+        evaluated = os.path.join(stepdir, "checkpoints", f"checkpoint_{self.evaluated_checkpoint()}.pt")
         return ([self.extraction_command(step, stepdir)] if step.get("init") else []) + [
             self.train_command(step, stepdir),
-            ["fsd-export-student", best, planned["checkpoint"]],
+            ["fsd-export-student", evaluated, planned["checkpoint"]],
             self.evaluation_command(planned["checkpoint"]),
         ]
 
@@ -386,10 +406,33 @@ class Recipe:
                 logf.flush()
         if proc.wait() != 0:
             raise RuntimeError(f"training step {step['name']} failed; see {stepdir}/train.log")
+        return self.evaluate_training(step, stepdir, options)
 
-        best = os.path.join(stepdir, "checkpoints", "checkpoint_best.pt")
+    def reevaluate(self, step, record) -> dict:
+        """A finished run's record for the checkpoint the recipe now evaluates. Re-exported and
+        re-evaluated only if that checkpoint holds another model (best and last are often the
+        same update); the run is not retrained, and its run fingerprint follows the export."""
+        stepdir = self.step_dir(step)
+        which = self.evaluated_checkpoint()
+        path = os.path.join(stepdir, "checkpoints", f"checkpoint_{which}.pt")
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        if state["optimizer_history"][-1]["num_updates"] == record["updates"]:
+            record = {**record, "evaluated_checkpoint": which}
+        else:
+            log(f"{step['name']}: evaluating checkpoint_{which}.pt (its record evaluated "
+                f"checkpoint_{record.get('evaluated_checkpoint', 'best')}.pt)")
+            options = self.train_options(step, os.path.join(stepdir, "checkpoints"))
+            fresh = self.evaluate_training(step, stepdir, options)
+            record = {**record, **fresh, "run": run_fingerprint(fresh)}
+        with open(os.path.join(stepdir, "record.json"), "w") as f:
+            json.dump(record, f, indent=2)
+        return record
+
+    def evaluate_training(self, step, stepdir, options) -> dict:
+        """Export the evaluated checkpoint of a finished run, evaluate it, and make its record."""
+        which = self.evaluated_checkpoint()
         exported = planned_record(step, stepdir)["checkpoint"]
-        info = export_decoding_checkpoint(best, exported)
+        info = export_decoding_checkpoint(os.path.join(stepdir, "checkpoints", f"checkpoint_{which}.pt"), exported)
         last = torch.load(os.path.join(stepdir, "checkpoints", "checkpoint_last.pt"),
                           map_location="cpu", weights_only=False)
         from fairseq_distill.cli.evaluate import evaluate
@@ -413,6 +456,7 @@ class Recipe:
             "teacher": step.get("teacher"),
             "data": step.get("data") or "original",
             "parameters": info["parameters"],
+            "evaluated_checkpoint": which,
             "updates": info["num_updates"],
             "epochs": completed_epochs(last["extra_state"]["train_iterator"]),
             "train_seconds": round(self.own_training_seconds(step, stepdir, last), 1),
@@ -446,9 +490,14 @@ class Recipe:
             with open(os.path.join(self.results_dir, f"{self.name}.md"), "w") as f:
                 f.write(f"# {self.name}\n\nConfig: `{meta['config']}`; test set: test (sacreBLEU on "
                         f"detokenised output); beam {rows[0]['beam'] if rows else '-'}; "
-                        f"{meta['machine']['device']}, {meta['machine']['cpu_threads']} threads.\n\n")
+                        f"{meta['machine']['device']}, {meta['machine']['cpu_threads']} threads; each run's "
+                        f"{CHECKPOINT_MEANING[self.evaluated_checkpoint()]} is evaluated.\n\n")
                 f.write(table + "\n")
         return rows
+
+
+CHECKPOINT_MEANING = {"best": "checkpoint of lowest validation loss (checkpoint_best.pt)",
+                      "last": "last checkpoint (checkpoint_last.pt, the end of its budget)"}
 
 
 def finished_recipe(config: str, workdir=None) -> Recipe:

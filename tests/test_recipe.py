@@ -210,3 +210,38 @@ def test_a_recipes_own_committed_table_wins_over_another_tables_row(tmp_path):
         found = recipe.committed_rows()
         assert found["teacher"]["bleu"] == 37.11
         assert "other" not in found  # a key that does not match is not reused
+
+
+def test_switching_the_evaluated_checkpoint_reevaluates_without_retraining(tmp_path):
+    """``eval: {checkpoint: last}`` evaluates the end of the budget instead of checkpoint_best.pt;
+    switching it on a finished recipe re-exports and re-evaluates, and trains nothing."""
+    # 60 sentences make a few updates an epoch, so 6 updates are several epochs; best = the epoch of
+    # *highest* validation loss, an early one while the loss falls
+    config = tiny_recipe(tmp_path, "select", {"teacher": TINY}, [{"name": "teacher", "model": "teacher"}],
+                         n_train=60, **{"best-checkpoint-metric": "loss", "maximize-best-checkpoint-metric": True})
+    cmd = python_module("fairseq_distill.recipe", str(config), "--workdir", str(tmp_path / "work"),
+                        "--results", str(tmp_path / "results"))
+    out = run(cmd).stdout
+    losses = [float(v) for v in re.findall(r"valid on 'valid' subset \| loss ([\d.]+)", out)]
+    assert len(losses) >= 2 and losses[-1] < max(losses), out  # so checkpoint_best.pt is not the last
+    first = json.load(open(tmp_path / "results" / "select.json"))["rows"][0]
+    assert first["evaluated_checkpoint"] == "best" and 0 < first["updates"] < 6
+
+    cfg = yaml.safe_load(config.read_text())
+    cfg["eval"]["checkpoint"] = "last"
+    config.write_text(yaml.safe_dump(cfg))
+    again = run(cmd).stdout
+    assert "fairseq_cli.train" not in again and "teacher: evaluating checkpoint_last.pt" in again
+    row = json.load(open(tmp_path / "results" / "select.json"))["rows"][0]
+    assert row["evaluated_checkpoint"] == "last" and row["updates"] == 6 and row["key"] == first["key"]
+    assert row["run"] != first["run"]  # another model was exported
+    exported = torch.load(row["checkpoint"], map_location="cpu", weights_only=False)
+    last = torch.load(row["training_checkpoint"], map_location="cpu", weights_only=False)
+    for name, tensor in last["model"].items():
+        assert torch.equal(exported["model"][name], tensor), name
+    assert "last checkpoint (checkpoint_last.pt" in open(tmp_path / "results" / "select.md").read()
+
+    cfg["eval"]["checkpoint"] = "newest"
+    config.write_text(yaml.safe_dump(cfg))
+    bad = run(cmd, check=False)
+    assert bad.returncode != 0 and "eval checkpoint 'newest' is not one of 'best', 'last'" in bad.stdout

@@ -167,6 +167,9 @@ class Recipe:
             raise DistillError(f"{self.path}: eval checkpoint {which!r} is not one of 'best', 'last'")
         return which
 
+    def evaluated_checkpoint_path(self, stepdir) -> str:
+        return os.path.join(stepdir, "checkpoints", f"checkpoint_{self.evaluated_checkpoint()}.pt")
+
     def stale_evaluation(self, record) -> bool:
         """A finished training run whose record evaluated another checkpoint than the recipe asks for."""
         return record["kind"] == "train" and record.get("evaluated_checkpoint", "best") != self.evaluated_checkpoint()
@@ -363,10 +366,9 @@ class Recipe:
         if "seqkd" in step:
             return [self.seqkd_command(step, stepdir)]
         planned = planned_record(step, stepdir)
-        evaluated = os.path.join(stepdir, "checkpoints", f"checkpoint_{self.evaluated_checkpoint()}.pt")
         return ([self.extraction_command(step, stepdir)] if step.get("init") else []) + [
             self.train_command(step, stepdir),
-            ["fsd-export-student", evaluated, planned["checkpoint"]],
+            ["fsd-export-student", self.evaluated_checkpoint_path(stepdir), planned["checkpoint"]],
             self.evaluation_command(planned["checkpoint"]),
         ]
 
@@ -414,8 +416,7 @@ class Recipe:
         same update); the run is not retrained, and its run fingerprint follows the export."""
         stepdir = self.step_dir(step)
         which = self.evaluated_checkpoint()
-        path = os.path.join(stepdir, "checkpoints", f"checkpoint_{which}.pt")
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(self.evaluated_checkpoint_path(stepdir), map_location="cpu", weights_only=False)
         if state["optimizer_history"][-1]["num_updates"] == record["updates"]:
             record = {**record, "evaluated_checkpoint": which}
         else:
@@ -430,11 +431,10 @@ class Recipe:
 
     def evaluate_training(self, step, stepdir, options) -> dict:
         """Export the evaluated checkpoint of a finished run, evaluate it, and make its record."""
-        which = self.evaluated_checkpoint()
-        exported = planned_record(step, stepdir)["checkpoint"]
-        info = export_decoding_checkpoint(os.path.join(stepdir, "checkpoints", f"checkpoint_{which}.pt"), exported)
-        last = torch.load(os.path.join(stepdir, "checkpoints", "checkpoint_last.pt"),
-                          map_location="cpu", weights_only=False)
+        planned = planned_record(step, stepdir)
+        exported = planned["checkpoint"]
+        info = export_decoding_checkpoint(self.evaluated_checkpoint_path(stepdir), exported)
+        last = torch.load(planned["training_checkpoint"], map_location="cpu", weights_only=False)
         from fairseq_distill.cli.evaluate import evaluate
 
         ev = self.cfg.get("eval", {})
@@ -444,7 +444,7 @@ class Recipe:
         return {
             "kind": "train",
             "checkpoint": exported,
-            "training_checkpoint": planned_record(step, stepdir)["training_checkpoint"],
+            "training_checkpoint": planned["training_checkpoint"],
             "model": step["model"],
             "init": step.get("init"),
             "continues": step.get("continue"),
@@ -456,7 +456,7 @@ class Recipe:
             "teacher": step.get("teacher"),
             "data": step.get("data") or "original",
             "parameters": info["parameters"],
-            "evaluated_checkpoint": which,
+            "evaluated_checkpoint": self.evaluated_checkpoint(),
             "updates": info["num_updates"],
             "epochs": completed_epochs(last["extra_state"]["train_iterator"]),
             "train_seconds": round(self.own_training_seconds(step, stepdir, last), 1),

@@ -19,7 +19,7 @@ sys.path.insert(0, REPO)
 
 import torch  # noqa: E402
 
-from fairseq_distill.cli.evaluate import backends_table, evaluate_backends  # noqa: E402
+from fairseq_distill.evaluation import backends_table, evaluate_backends  # noqa: E402
 from fairseq_distill.ctranslate2_export import export_ctranslate2  # noqa: E402
 from fairseq_distill.recipe import finished_recipe  # noqa: E402
 from fairseq_distill.translators import DecodingOptions  # noqa: E402

@@ -435,7 +435,7 @@ class Recipe:
         exported = planned["checkpoint"]
         info = export_decoding_checkpoint(self.evaluated_checkpoint_path(stepdir), exported)
         last = torch.load(planned["training_checkpoint"], map_location="cpu", weights_only=False)
-        from fairseq_distill.cli.evaluate import evaluate
+        from fairseq_distill.evaluation import evaluate
 
         ev = self.cfg.get("eval", {})
         result = evaluate(exported, self.data_bin, "test", beam=ev.get("beam", 4),

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from conftest import python_module, run
-from fairseq_distill.cli.seqkd import load_side
+from fairseq_distill.seqkd import load_side
 
 N_TRAIN = 400
 

@@ -13,7 +13,7 @@ import os
 import sys
 
 from fairseq_distill.checkpoint import load_training_checkpoint
-from fairseq_distill.cli.plotting import pyplot
+from fairseq_distill.plotting import pyplot
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import ATTENTION_TYPES
 

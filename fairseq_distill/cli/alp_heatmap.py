@@ -15,7 +15,7 @@ import sys
 import torch
 
 from fairseq_distill.checkpoint import load_training_checkpoint
-from fairseq_distill.cli.plotting import pyplot
+from fairseq_distill.plotting import pyplot
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import run_with_features
 

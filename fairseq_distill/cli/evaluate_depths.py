@@ -16,8 +16,8 @@ import os
 import sys
 
 from fairseq_distill.checkpoint import load_checkpoint
-from fairseq_distill.cli.evaluate import evaluate
-from fairseq_distill.cli.plotting import pyplot
+from fairseq_distill.evaluation import evaluate
+from fairseq_distill.plotting import pyplot
 from fairseq_distill.depth_strategies import STRATEGIES, DepthError, plan, supported_depths
 from fairseq_distill.errors import DistillError
 

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional
 import torch
 from tqdm import tqdm
 
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))  # the plugin, for --user-dir
 SPEED_LINE = re.compile(
     r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s "
     r"\(([\d.]+) sentences/s, ([\d.]+) tokens/s\)"

@@ -1,0 +1,151 @@
+"""Evaluation of a checkpoint: fairseq-generate on a test set, detokenised output, sacreBLEU.
+
+:func:`evaluate` scores one checkpoint (or ensemble) with stock fairseq-generate;
+:func:`evaluate_backends` translates the raw test source with the fairseq checkpoint and its
+CTranslate2 exports through the same code and compares BLEU, speed and file size.
+References are the raw test sentences kept by ``prepare_corpus`` (``DATA_BIN/raw``); for
+data prepared otherwise, the detokenised target side of the binarized test set.
+"""
+import json
+import os
+
+import torch
+from sacrebleu.metrics import BLEU
+
+from fairseq_distill.checkpoint import count_parameters
+from fairseq_distill.errors import DistillError
+from fairseq_distill.generation import run_generate
+from fairseq_distill.segmentation import load_meta
+
+POST_PROCESS = {"sentencepiece": "sentencepiece", "subword_nmt": "subword_nmt"}
+
+
+def read_references(data_bin, subset, meta, result):
+    if meta and subset in meta.get("raw", {}):
+        path = os.path.join(data_bin, meta["raw"][subset][meta["target_lang"]])
+        with open(path, encoding="utf-8") as f:
+            return [line.rstrip("\n") for line in f], path
+    n = len(result.references)
+    return [result.references[i] for i in range(n)], "target side of the binarized test set"
+
+
+def checkpoint_parameters(path):
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    return count_parameters(state["model"])
+
+
+def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size=128,
+             max_len_a=1.2, max_len_b=10, out_json=None, extra_args=(), tag=None):
+    """``tag`` names this evaluation's files (``STEM.TAG.SUBSET.*``) when one checkpoint is
+    evaluated several ways (e.g. at several depths)."""
+    for path in checkpoint.split(":"):
+        if not os.path.isfile(path):
+            raise DistillError(f"checkpoint not found: '{path}'")
+    if not os.path.isdir(data_bin):
+        raise DistillError(f"data directory not found: '{data_bin}'")
+    meta = load_meta(data_bin)
+    post = POST_PROCESS.get((meta or {}).get("bpe"), "sentencepiece")
+    total = (meta or {}).get("sizes", {}).get(subset)
+    first = checkpoint.split(":")[0]
+    stem = os.path.splitext(first)[0] + (f".{tag}" if tag else "")
+    args = [
+        "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
+        "--max-len-a", str(max_len_a), "--max-len-b", str(max_len_b),
+        "--post-process", post, *extra_args,
+    ]
+    result = run_generate(data_bin, checkpoint, subset, args, total=total,
+                          log_path=f"{stem}.{subset}.generate.log", description=f"decode {subset}")
+    n = max(len(result.references), total or 0)
+    missing = [i for i in range(n) if i not in result.detokenized]
+    if missing:
+        raise DistillError(f"fairseq-generate returned no hypothesis for {len(missing)} of {n} "
+                           f"sentences (first ids: {missing[:5]})")
+    hyps = [result.detokenized[i] for i in range(n)]
+    refs, ref_source = read_references(data_bin, subset, meta, result)
+    if len(refs) != len(hyps):
+        raise DistillError(f"{len(hyps)} hypotheses but {len(refs)} references ({ref_source})")
+    bleu = BLEU()
+    score = bleu.corpus_score(hyps, [refs])
+    hyp_path = f"{stem}.{subset}.hyp.txt"
+    with open(hyp_path, "w", encoding="utf-8") as f:
+        f.write("\n".join(hyps) + "\n")
+    record = {
+        "checkpoint": os.path.abspath(checkpoint),
+        "data": os.path.abspath(data_bin),
+        "subset": subset,
+        "bleu": round(score.score, 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "bleu_detail": str(score),
+        "references": ref_source,
+        "sentences": result.sentences,
+        "generated_tokens": result.tokens,
+        "generation_seconds": result.generation_seconds,
+        "sentences_per_second": result.sentences_per_second,
+        "tokens_per_second": result.tokens_per_second,
+        "beam": beam,
+        "lenpen": lenpen,
+        "batch_size": batch_size,
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "parameters": checkpoint_parameters(first),
+        "hypotheses": os.path.abspath(hyp_path),
+    }
+    out_json = out_json or f"{stem}.{subset}.eval.json"
+    with open(out_json, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2)
+    record["json"] = out_json
+    return record
+
+
+def evaluate_backends(checkpoint, data_bin, ct2_dirs, subset="test", options=None, batch_size=64, repeats=1):
+    """BLEU, tokens/s and model size of the fairseq checkpoint and its CTranslate2 exports.
+
+    With ``repeats`` > 1 the backends take turns for that many rounds, so that a slow spell
+    of the machine does not fall on one backend only; each backend's fastest round counts
+    (all rounds' tokens/s are kept in ``tokens_per_second_rounds``). Decoding is
+    deterministic, so BLEU does not depend on the round."""
+    from fairseq_distill.translators import (CTranslate2Translator, DecodingOptions, FairseqTranslator,
+                                             read_deployment, translate_lines)
+    from fairseq_distill.segmentation import Segmenter
+
+    if repeats < 1:
+        raise DistillError(f"repeats must be at least 1, got {repeats}")
+    options = options or DecodingOptions()
+    meta = load_meta(data_bin)
+    if not meta or subset not in meta.get("raw", {}):
+        raise DistillError(f"{data_bin} keeps no raw '{subset}' text (prepare it with prepare_corpus)")
+    with open(os.path.join(data_bin, meta["raw"][subset][meta["source_lang"]]), encoding="utf-8") as f:
+        sources = f.read().splitlines()
+    refs, _ = read_references(data_bin, subset, meta, None)
+    segmenter = Segmenter.from_dir(data_bin)
+    backends = [("fairseq (float32)", FairseqTranslator(checkpoint, data_bin, options),
+                 os.path.getsize(checkpoint.split(":")[0]))]
+    for d in ct2_dirs:
+        info = read_deployment(d)
+        backends.append((f"ctranslate2 ({info['quantization']})", CTranslate2Translator(d, options),
+                         os.path.getsize(os.path.join(d, "model.bin"))))
+    for _, translator, _ in backends:
+        translator.translate([segmenter.encode(sources[0])])  # warm-up: first-call costs are not speed
+    runs = {name: [] for name, _, _ in backends}
+    for _ in range(repeats):
+        for name, translator, _ in backends:
+            runs[name].append(translate_lines(sources, translator, segmenter, batch_size))
+    rows = []
+    for name, _, size in backends:
+        run = max(runs[name], key=lambda r: r.tokens_per_second)
+        bleu = BLEU()
+        score = bleu.corpus_score(run.outputs, [refs])
+        rows.append({"backend": name, "bleu": round(score.score, 2), "bleu_signature": str(bleu.get_signature()),
+                     "tokens_per_second": round(run.tokens_per_second, 1),
+                     "tokens_per_second_rounds": [round(r.tokens_per_second, 1) for r in runs[name]],
+                     "sentences_per_second": round(run.sentences / run.seconds, 2) if run.seconds else 0.0,
+                     "seconds": round(run.seconds, 2), "model_file_mib": round(size / 2**20, 2),
+                     "outputs": run.outputs})
+    return rows
+
+
+def backends_table(rows) -> str:
+    lines = ["| backend | BLEU | tokens/s | sentences/s | model file |", "|---|---|---|---|---|"]
+    lines += [f"| {r['backend']} | {r['bleu']:.2f} | {r['tokens_per_second']:.0f} | "
+              f"{r['sentences_per_second']:.1f} | {r['model_file_mib']:.1f} MiB |" for r in rows]
+    return "\n".join(lines)

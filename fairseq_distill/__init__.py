@@ -4,6 +4,8 @@ Importing the package registers its tasks, criterions and models with fairseq
 (fairseq auto-imports ``tasks/`` and ``models/`` of a user dir, but not ``criterions/``).
 """
 from fairseq_distill import compat  # noqa: F401  (must come first: checkpoint loading on torch >= 2.6)
-from fairseq_distill import criterions, models, tasks  # noqa: F401
+from fairseq_distill import criterions, models, tasks, user_errors  # noqa: F401
+
+user_errors.install()
 
 __version__ = "0.1.0"

@@ -1,10 +1,13 @@
 """Which teacher layers each student layer learns from (plain Python, no fairseq).
 
-A layer map has one group per student layer, in order; a group is a tuple of 1-indexed
-teacher layers (empty: no layer loss for that student layer). Text syntax, as on the
-command line: groups separated by ``|``, layers by ``,``, ranges with ``-``::
+A layer map has one group per student layer, in order; a group is a non-empty tuple of
+1-indexed teacher layers. Text syntax, as on the command line: groups separated by ``|``,
+layers by ``,``, ranges ``low-high``::
 
-    "1,2,3|4,5,6"   "1-3|4-6"   "3|6"   "1-3||4-6"  (student layer 2 unmatched)
+    "1,2,3|4,5,6"   "1-3|4-6"   "3|6"
+
+An empty group, an empty item or a reversed range is an error, never a student layer
+silently left without a layer loss.
 
 Presets for a teacher of T layers and a student of S layers, built on the *regular
 buckets* B_1..B_S: consecutive runs of teacher layers whose sizes differ by at most one
@@ -99,17 +102,23 @@ def parse_layer_map(text: str, teacher_layers: int, student_layers: int) -> Laye
             f"layer(s): give one '|'-separated group per student layer"
         )
     out = []
-    for group in groups:
+    for number, group in enumerate(groups, start=1):
+        if not group.strip():
+            raise DistillError(f"layer map '{text}': group {number} (student layer {number}) is empty; "
+                               f"every student layer needs at least one teacher layer")
         layers = []
-        for item in filter(None, (x.strip() for x in group.split(","))):
+        for item in (x.strip() for x in group.split(",")):
+            if not item:
+                raise DistillError(f"layer map '{text}': group {number} has an empty item; separate "
+                                   f"teacher layers by single commas")
             try:
-                if "-" in item:
-                    lo, hi = (int(x) for x in item.split("-", 1))
-                    layers.extend(range(lo, hi + 1))
-                else:
-                    layers.append(int(item))
+                lo, hi = (int(x) for x in item.split("-", 1)) if "-" in item else (int(item),) * 2
             except ValueError:
                 raise DistillError(f"layer map '{text}': '{item}' is not a layer number or range a-b")
+            if lo > hi:
+                raise DistillError(f"layer map '{text}': range '{item}' in group {number} is reversed; "
+                                   f"write it low-high, e.g. '{hi}-{lo}'")
+            layers.extend(range(lo, hi + 1))
         for layer in layers:
             if not 1 <= layer <= teacher_layers:
                 raise DistillError(
@@ -132,7 +141,4 @@ def resolve_layer_map(spec: str, teacher_layers: int, student_layers: int) -> La
 
 
 def format_layer_map(layer_map: Sequence[Tuple[int, ...]]) -> str:
-    return "  ".join(
-        f"student {j + 1} <- teacher {{{','.join(map(str, g))}}}" if g else f"student {j + 1} <- (none)"
-        for j, g in enumerate(layer_map)
-    )
+    return "  ".join(f"student {j + 1} <- teacher {{{','.join(map(str, g))}}}" for j, g in enumerate(layer_map))

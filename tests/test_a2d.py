@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from distill_setup import build, first_batch
-from fairseq_distill.criterions.a2d import AttentionAlignment, parse_attention_types
+from fairseq_distill.terms.attention import AttentionAlignment, parse_attention_types
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import FeatureRequest, attention_modules, run_with_features
 from fairseq_distill.losses import attention_kl
@@ -205,7 +205,7 @@ def test_decay_schedule_follows_fairseq_epoch(tiny_data, deep_teacher):
     weights = []
     for epoch in (1, 2, 3, 4):
         task.begin_epoch(epoch, None)
-        weights.append(crit.attention_weight())
+        weights.append(crit.terms["attn"].current_weight())
     assert weights == [2.0, 1.0, 0.5, 0.25]
 
 
@@ -218,9 +218,9 @@ def test_loss_weights_gradients_and_parameters(tiny_data, deep_teacher, types, e
     cfg, task, model = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
                              "--a2d-attention-types", types, criterion="a2d")
     crit = task.build_criterion(cfg.criterion)
-    assert set(crit.aams) == expected  # disabled types create no parameters
+    assert set(crit.terms["attn"].aams) == expected  # disabled types create no parameters
     teacher_heads = {"encoder_self": 3 * 2, "decoder_self": 2 * 2, "decoder_cross": 2 * 2}
-    for kind, aam in crit.aams.items():
+    for kind, aam in crit.terms["attn"].aams.items():
         assert aam.weight.shape == (teacher_heads[kind], 1 * 2)  # student: 1 layer x 2 heads
     model.train()
     crit.train()
@@ -246,13 +246,13 @@ def test_attention_loss_is_halved_over_both_decoder_types(tiny_data, deep_teache
     _, _, logs = crit(model, sample)
     from fairseq_distill.features import run_with_features as capture
 
-    request = crit.feature_request()
+    request = crit.feature_request(crit.terms)
     model.eval()  # no dropout: recompute the parts deterministically
     with torch.no_grad():
         student = capture(model, sample["net_input"], request)
         teacher = task.load_teacher().features(sample["net_input"], request, next(model.parameters()))[0]
-        parts = crit.attention_losses(student, teacher, sample)
-        crit_total = crit.distillation_terms(student, [teacher], sample)["attn_loss"][1]
+        parts = crit.terms["attn"].losses_by_type(student, teacher, sample)
+        crit_total = crit.terms["attn"](student, [teacher], sample)
     want = parts["encoder_self"] + (parts["decoder_self"] + parts["decoder_cross"]) / 2
     assert crit_total.item() == pytest.approx(want.item(), rel=1e-6)
 

@@ -72,7 +72,7 @@ def test_layer_kd_data_parallel_replicas_identical(tiny_data, deep_teacher, tmp_
         "--teacher-path", deep_teacher, "--criterion", criterion, *extra])
     assert_identical_replicas(out, weights)
     assert "layer_loss" in out
-    assert any(k.startswith("criterion.fusers.") for k in weights[0])  # the projections were compared
+    assert any(k.startswith("criterion.terms.layer.fusers.") for k in weights[0])  # the projections were compared
 
 
 def test_a2d_data_parallel_replicas_identical(tiny_data, deep_teacher, tmp_path):
@@ -80,7 +80,7 @@ def test_a2d_data_parallel_replicas_identical(tiny_data, deep_teacher, tmp_path)
         "--teacher-path", deep_teacher, "--criterion", "a2d"])
     assert_identical_replicas(out, weights)
     assert "attn_loss" in out
-    aams = {k for k in weights[0] if k.startswith("criterion.aams.")}
+    aams = {k for k in weights[0] if k.startswith("criterion.terms.attn.aams.")}
     assert {k.split(".")[2] for k in aams} == {"encoder_self", "decoder_self", "decoder_cross"}
 
 

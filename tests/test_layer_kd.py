@@ -5,8 +5,7 @@ import pytest
 import torch
 
 from distill_setup import build, first_batch
-from fairseq_distill.criterions.alp_kd import AttentionFuser
-from fairseq_distill.criterions.ckd import CombinationFuser
+from fairseq_distill.terms.fusers import AttentionFuser, CombinationFuser
 from fairseq_distill.features import FeatureRequest, run_with_features
 from fairseq_distill.losses import masked_mse
 
@@ -195,7 +194,6 @@ def test_collapsible_setups_are_warned_about(caplog):
         with caplog.at_level("WARNING"):
             make()
         assert any("shrink towards a constant" in r.message for r in caplog.records) == warned
-    from fairseq_distill.criterions.layer_kd import LayerKDConfig
-    from fairseq_distill.criterions.pkd import PKDConfig
+    from fairseq_distill.criterions.options import LayerKDConfig, PKDConfig
 
     assert PKDConfig().layer_normalize == "l2" and LayerKDConfig().layer_normalize == "none"

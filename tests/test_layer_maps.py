@@ -1,4 +1,6 @@
 """Layer maps: the CKD paper's presets, a general depth, parsing and errors."""
+import re
+
 import pytest
 
 from fairseq_distill.errors import DistillError
@@ -36,10 +38,23 @@ def test_every_teacher_layer_used_by_rc_and_oc():
             assert used == set(range(1, t + 1)), (name, t, s)
 
 
-def test_parse_ranges_and_empty_groups():
+def test_parse_ranges():
     assert parse_layer_map("1-3|4,5,6", 6, 2) == [(1, 2, 3), (4, 5, 6)]
-    assert parse_layer_map("2||5-6", 6, 3) == [(2,), (), (5, 6)]
+    assert parse_layer_map(" 2 | 5-6 ", 6, 2) == [(2,), (5, 6)]
     assert resolve_layer_map("cc", 6, 2) == [(1, 3), (4, 6)]
+
+
+@pytest.mark.parametrize("text,students,message", [
+    # a student layer without a teacher group would silently get no layer loss
+    ("|2", 2, "layer map '|2': group 1 (student layer 1) is empty"),
+    ("2||5-6", 3, "layer map '2||5-6': group 2 (student layer 2) is empty"),
+    ("|", 2, "layer map '|': group 1 (student layer 1) is empty"),
+    ("2-1|2", 2, "layer map '2-1|2': range '2-1' in group 1 is reversed; write it low-high, e.g. '1-2'"),
+    ("1,,2|3", 2, "layer map '1,,2|3': group 1 has an empty item"),
+])
+def test_empty_groups_and_reversed_ranges_are_errors(text, students, message):
+    with pytest.raises(DistillError, match=re.escape(message)):
+        resolve_layer_map(text, 6, students)
 
 
 def test_out_of_range_layer_names_value_and_range():

@@ -13,17 +13,18 @@ import os
 import sys
 
 from fairseq_distill.checkpoint import load_training_checkpoint
-from fairseq_distill.plotting import pyplot
+from fairseq_distill.criterions.distill import upgrade_criterion_state
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import ATTENTION_TYPES
+from fairseq_distill.plotting import pyplot
 
 
 def alignment_matrices(checkpoint: str) -> dict:
     """``{type: {"weight": [[...]], "student": [layers, heads], "teacher": [layers, heads]}}``."""
-    criterion = load_training_checkpoint(checkpoint, "a2d")["criterion"]
+    criterion = upgrade_criterion_state(load_training_checkpoint(checkpoint, "a2d")["criterion"])
     matrices = {}
     for kind in ATTENTION_TYPES:
-        prefix = f"aams.{kind}."
+        prefix = f"terms.attn.aams.{kind}."
         if prefix + "weight" not in criterion:
             continue
         matrices[kind] = {

@@ -1,1 +1,1 @@
-from fairseq_distill.criterions import a2d, alp_kd, ckd, pkd, word_kd  # noqa: F401
+from fairseq_distill.criterions import distill, presets  # noqa: F401

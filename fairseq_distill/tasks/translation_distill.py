@@ -1,5 +1,10 @@
 """``--task translation_distill``: fairseq's translation task with frozen teachers attached.
 
+What it gives a distillation criterion: the teachers (:meth:`load_teacher`), the layout
+of the student it built (:attr:`student_shape`, for terms that size projections), and
+fairseq's training progress, told to the criterion it built (``set_epoch`` at the start of
+every epoch, ``set_num_updates`` before every training step) for scheduled weights.
+
 The teachers are loaded when a criterion that needs them is built (``needs_teacher``),
 which only training does: ``fairseq-generate`` and validation never load or run them.
 """
@@ -35,15 +40,23 @@ class TranslationDistillTask(TranslationTask):
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         self.teacher: Optional[TeacherEnsemble] = None
-        # (layers, width) per side and (layers, heads) per attention type of the student,
-        # for criterions that size projections
+        # (layers, width) per side and (layers, heads) per attention type of the student
         self.student_shape: Optional[dict] = None
-        # fairseq's 1-based epoch (restored on resume), for criterions with epoch schedules
-        self.epoch = 1
+        self.criterion = None  # the criterion this task built, told the training progress
 
     def begin_epoch(self, epoch, model):
         super().begin_epoch(epoch, model)
-        self.epoch = epoch
+        if hasattr(self.criterion, "set_epoch"):
+            self.criterion.set_epoch(epoch)
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        self.announce_update(criterion, update_num)
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    @staticmethod
+    def announce_update(criterion, update_num):
+        if hasattr(criterion, "set_num_updates"):
+            criterion.set_num_updates(update_num)
 
     def build_model(self, cfg, *args, **kwargs):
         model = super().build_model(cfg, *args, **kwargs)
@@ -55,6 +68,7 @@ class TranslationDistillTask(TranslationTask):
 
     def build_criterion(self, cfg, *args, **kwargs):
         criterion = super().build_criterion(cfg, *args, **kwargs)
+        self.criterion = criterion
         if getattr(criterion, "needs_teacher", False):
             self.load_teacher(criterion_name=getattr(cfg, "_name", type(criterion).__name__))
         elif self.cfg.teacher_path:

@@ -94,6 +94,7 @@ class MultiDepthTranslationTask(TranslationDistillTask):
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         model.train()
         model.set_num_updates(update_num)
+        self.announce_update(criterion, update_num)
 
         def backward(loss):
             if ignore_grad:

@@ -1,0 +1,255 @@
+"""``--criterion distill``: label-smoothed cross-entropy plus a weighted sum of KD terms.
+
+    loss = w_CE·CE_ls + Σ_terms w_term·term
+
+Terms (:mod:`fairseq_distill.terms`): word-level KD (``word_kd``), one layer-KD term
+(``pkd``, ``ckd`` or ``alp_kd``) and attention KD (``a2d``), chosen with ``--distill-terms``;
+``--criterion word_kd|pkd|ckd|alp_kd|a2d`` are this criterion with their paper's terms and
+defaults (:mod:`fairseq_distill.criterions.presets`). Unless ``--ce-weight`` is given,
+w_CE = 1 − the weights of word-level and layer KD; attention KD comes on top.
+
+The forward pass, the single teacher call, the weighting and the logging live here once.
+Logged per term: ``<term>_loss`` (its raw value) and ``<term>_weighted`` (weight × value;
+with ``ce_weighted`` they add up to ``loss``), and ``<term>_weight`` for a scheduled weight.
+Validation runs neither the teacher nor any term: its ``loss``/``nll_loss`` are those of
+plain label-smoothed cross-entropy, so checkpoints compare with non-KD training.
+
+The task builds the criterion, then tells it fairseq's epoch and update number
+(:meth:`set_epoch`, :meth:`set_num_updates`), which scheduled weights follow.
+"""
+import math
+from typing import Dict, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+from fairseq import metrics
+from fairseq.criterions import register_criterion
+from fairseq.criterions.label_smoothed_cross_entropy import (
+    LabelSmoothedCrossEntropyCriterion,
+    label_smoothed_nll_loss,
+)
+from torch import Tensor
+
+from fairseq_distill.criterions.options import DistillConfig
+from fairseq_distill.errors import DistillError
+from fairseq_distill.features import FeatureRequest, Features, run_with_features, unwrap_model
+from fairseq_distill.terms import AttentionKDTerm, LayerKDTerm, TermContext, WordKDTerm
+
+LAYER_METHODS = ("pkd", "ckd", "alp_kd")
+TERM_NAMES = ("word_kd",) + LAYER_METHODS + ("a2d",)
+# criterion state keys of fairseq_distill 0.1, whose criterions held their modules directly
+LEGACY_PREFIXES = {"fusers.": "terms.layer.fusers.", "aams.": "terms.attn.aams."}
+PLAIN_KEYS = ("loss", "nll_loss")
+
+
+def parse_term_names(spec: str) -> Tuple[str, ...]:
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in TERM_NAMES]
+    if unknown or not names:
+        raise DistillError(f"--distill-terms '{spec}': {'unknown term ' + repr(unknown[0]) if unknown else 'no term'}; "
+                           f"valid terms: {', '.join(TERM_NAMES)}")
+    if len(set(names)) != len(names):
+        raise DistillError(f"--distill-terms '{spec}' names a term twice")
+    layer = [n for n in names if n in LAYER_METHODS]
+    if len(layer) > 1:
+        raise DistillError(f"--distill-terms '{spec}': at most one layer-KD term ({', '.join(LAYER_METHODS)}), "
+                           f"got {', '.join(layer)}")
+    return tuple(names)
+
+
+def build_terms(names: Sequence[str], cfg, context: TermContext) -> Dict[str, nn.Module]:
+    kd_weight = cfg.kd_weight
+    if kd_weight is None:  # --criterion distill's default depends on the terms
+        kd_weight = 0.1 if any(n in LAYER_METHODS for n in names) else 0.5
+    terms = {}
+    for name in names:
+        if name == "word_kd":
+            term = WordKDTerm(kd_weight, cfg.kd_temperature, context)
+        elif name in LAYER_METHODS:
+            term = LayerKDTerm.from_config(cfg, context, method=name)
+        else:
+            term = AttentionKDTerm.from_config(cfg, context)
+        terms[term.name] = term
+    return terms
+
+
+def upgrade_criterion_state(state_dict: dict) -> dict:
+    """A criterion state of fairseq_distill 0.1 (or of today) with today's parameter names."""
+    upgraded = {}
+    for key, value in state_dict.items():
+        for old, new in LEGACY_PREFIXES.items():
+            if key.startswith(old):
+                key = new + key[len(old):]
+                break
+        upgraded[key] = value
+    return upgraded
+
+
+@register_criterion("distill", dataclass=DistillConfig)
+class DistillationCriterion(LabelSmoothedCrossEntropyCriterion):
+    """CE plus weighted distillation terms; a preset fixes :attr:`TERMS`."""
+
+    TERMS: Optional[Tuple[str, ...]] = None  # None: from --distill-terms
+    needs_teacher = True
+
+    def __init__(self, task, cfg):
+        super().__init__(task, cfg.sentence_avg, cfg.label_smoothing, cfg.ignore_prefix_size,
+                         cfg.report_accuracy)
+        name = getattr(cfg, "_name", None) or "distill"
+        if not hasattr(task, "load_teacher"):
+            raise DistillError(f"criterion {name} needs --task translation_distill (with --teacher-path); "
+                               f"got task {type(task).__name__}")
+        names = self.TERMS or parse_term_names(cfg.distill_terms)
+        teachers = task.load_teacher(criterion_name=name)
+        context = TermContext(
+            teachers=teachers, student_shape=task.student_shape,
+            teacher_shape=teacher_layout(teachers) if names != ("word_kd",) else None,
+            source_pad=task.source_dictionary.pad(), target_pad=self.padding_idx,
+            ignore_prefix_size=self.ignore_prefix_size,
+        )
+        self.teachers = teachers  # not a module: never optimised, cast or saved
+        self.terms = nn.ModuleDict(build_terms(names, cfg, context))
+        self.explicit_ce_weight = cfg.ce_weight
+        self.reset_parameters_on_load = cfg.reset_distill_parameters
+        shared = sum(t.weight for t in self.terms.values() if t.shares_ce_budget)
+        if self.explicit_ce_weight is None and shared > 1:
+            parts = " + ".join(f"{t.name} {t.weight}" for t in self.terms.values() if t.shares_ce_budget)
+            raise DistillError(f"the KD weights ({parts}) exceed 1, leaving the cross-entropy a "
+                               f"negative weight; lower them or give --ce-weight explicitly")
+
+    # -- training progress, told by the task ------------------------------------------------
+
+    def set_epoch(self, epoch: int):
+        for term in self.terms.values():
+            term.epoch = epoch
+
+    def set_num_updates(self, num_updates: int):
+        for term in self.terms.values():
+            term.num_updates = num_updates
+
+    # -- the loss ---------------------------------------------------------------------------
+
+    def active_terms(self) -> Dict[str, nn.Module]:
+        return {name: t for name, t in self.terms.items() if t.current_weight() > 0}
+
+    def feature_request(self, terms) -> FeatureRequest:
+        request = FeatureRequest()
+        for term in terms.values():
+            request = request | term.request
+        return request
+
+    def ce_weight(self, terms) -> float:
+        if not terms:
+            return 1.0
+        if self.explicit_ce_weight is not None:
+            return self.explicit_ce_weight
+        return 1.0 - sum(t.current_weight() for t in terms.values() if t.shares_ce_budget)
+
+    def label_smoothed_ce(self, model, student: Features, sample, reduce=True) -> Tuple[Tensor, Tensor]:
+        """fairseq's ``compute_loss``, from the student's log-probabilities computed once per forward."""
+        lprobs = student.log_probs
+        target = model.get_targets(sample, student.net_output)
+        if self.ignore_prefix_size > 0:
+            lprobs, target = lprobs[:, self.ignore_prefix_size :], target[:, self.ignore_prefix_size :]
+        return label_smoothed_nll_loss(
+            lprobs.reshape(-1, lprobs.size(-1)), target.reshape(-1), self.eps,
+            ignore_index=self.padding_idx, reduce=reduce,
+        )
+
+    def term_values(self, terms, student: Features, teachers, sample) -> Dict[str, Tensor]:
+        return {name: term(student, teachers, sample) for name, term in terms.items()}
+
+    def forward(self, model, sample, reduce=True):
+        terms = self.active_terms() if model.training else {}
+        request = self.feature_request(terms)
+        student = run_with_features(model, sample["net_input"], request)
+        # computed once: the CE term and (at τ = 1) the word-level KD term share them
+        student.log_probs = model.get_normalized_probs(student.net_output, log_probs=True)
+        ce_loss, nll_loss = self.label_smoothed_ce(model, student, sample, reduce=reduce)
+
+        values = {}
+        if terms:
+            like = next(unwrap_model(model).parameters())
+            teachers = self.teachers.features(sample["net_input"], request, like)
+            values = self.term_values(terms, student, teachers, sample)
+        ce_weight = self.ce_weight(terms)
+        weighted = {name: terms[name].current_weight() * value for name, value in values.items()}
+        loss = ce_weight * ce_loss
+        for value in weighted.values():
+            loss = loss + value
+
+        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
+        logging_output = {
+            "loss": loss.data,
+            "nll_loss": nll_loss.data,
+            "ntokens": sample["ntokens"],
+            "nsentences": sample["target"].size(0),
+            "sample_size": sample_size,
+        }
+        if values:
+            logging_output["ce_loss"] = ce_loss.data
+            logging_output["ce_weighted"] = (ce_weight * ce_loss).data
+        for name, value in values.items():
+            logging_output[f"{name}_loss"] = value.data
+            logging_output[f"{name}_weighted"] = weighted[name].data
+            if terms[name].scheduled:  # the current weight, averaged exactly in reduce_metrics
+                logging_output[f"{name}_weight"] = terms[name].current_weight() * sample_size
+        if self.report_accuracy:
+            n_correct, total = self.compute_accuracy(model, student.net_output, sample)
+            logging_output["n_correct"] = n_correct.data.item()
+            logging_output["total"] = total.data.item()
+        return loss, sample_size, logging_output
+
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
+        super().reduce_metrics(logging_outputs)
+        sample_size = sum(log.get("sample_size", 0) for log in logging_outputs)
+        keys = {k for log in logging_outputs for k in log}
+        for name in sorted(keys):
+            total = sum(log.get(name, 0) for log in logging_outputs)
+            if (name.endswith("_loss") and name not in PLAIN_KEYS) or name.endswith("_weighted"):
+                # base 2, like fairseq's loss and nll_loss
+                metrics.log_scalar(name, total / max(sample_size, 1) / math.log(2), sample_size, round=3)
+            elif name.endswith("_weight"):
+                metrics.log_scalar(name, total / max(sample_size, 1), sample_size, round=4)
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def load_state_dict(self, state_dict, strict=True, *args, **kwargs):
+        """Load learned term parameters saved by this criterion (or by version 0.1), with an
+        error that says what to do when they were trained with other options."""
+        if self.reset_parameters_on_load:
+            return nn.modules.module._IncompatibleKeys([], [])
+        state_dict = upgrade_criterion_state(state_dict)
+        check_criterion_state(self.state_dict(), state_dict)
+        return super().load_state_dict(state_dict, strict, *args, **kwargs)
+
+
+def check_criterion_state(ours: dict, saved: dict):
+    advice = ("the checkpoint's distillation parameters were trained with other options (--criterion, "
+              "--distill-terms, --layer-map, --kd-side, --a2d-attention-types or another teacher shape). "
+              "Resume with the options it was trained with, start a new --save-dir, or pass "
+              "--reset-distill-parameters --reset-optimizer to start from its model weights with these "
+              "parameters, the optimizer and the update count afresh")
+    missing, unexpected = sorted(set(ours) - set(saved)), sorted(set(saved) - set(ours))
+    if missing or unexpected:
+        raise DistillError(f"criterion parameters do not match: missing from the checkpoint "
+                           f"{missing or 'none'}, in the checkpoint but not built now {unexpected or 'none'}; "
+                           f"{advice}")
+    for key, value in ours.items():
+        if tuple(value.shape) != tuple(saved[key].shape):
+            raise DistillError(f"criterion parameter '{key}' has shape {tuple(saved[key].shape)} in the "
+                               f"checkpoint but {tuple(value.shape)} now: {advice}")
+
+
+def teacher_layout(teachers):
+    from fairseq_distill.features import stack_shape
+
+    try:
+        return stack_shape(teachers.models[0])
+    except (AttributeError, ValueError):
+        return None

@@ -1,0 +1,149 @@
+"""The command-line options of each distillation term, as dataclass groups.
+
+A registered criterion's config combines the groups of the terms it uses with fairseq's
+label-smoothed cross-entropy options, and may change a default (e.g. η = 0.1 for layer KD,
+as in Wu et al. 2020); ``--criterion distill`` has every group.
+"""
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterionConfig
+from fairseq.dataclass import ChoiceEnum
+
+
+@dataclass
+class CommonOptions:
+    ce_weight: Optional[float] = field(
+        default=None,
+        metadata={"help": "weight of the label-smoothed CE (default: 1 − the weights of word-level "
+                  "and layer KD; attention KD comes on top)"},
+    )
+    reset_distill_parameters: bool = field(
+        default=False,
+        metadata={"help": "when resuming, start the criterion's learned parameters (layer "
+                  "projections, attention alignment) afresh instead of loading them"},
+    )
+
+
+@dataclass
+class WordKDOptions:
+    kd_weight: float = field(
+        default=0.5, metadata={"help": "η, weight of the word-level KD term (CE gets the rest)"}
+    )
+    kd_temperature: float = field(
+        default=1.0, metadata={"help": "τ, softmax temperature of teacher and student in the KD term"}
+    )
+
+
+@dataclass
+class LayerKDOptions:
+    layer_weight: float = field(default=0.7, metadata={"help": "λ, weight of the layer loss"})
+    kd_side: ChoiceEnum(["encoder", "decoder", "both"]) = field(
+        default="encoder", metadata={"help": "which stack's layers to match"}
+    )
+    layer_map: str = field(
+        default="",
+        metadata={"help": "encoder layer map, e.g. '1,2,3|4,5,6' or '1-3|4-6', or a preset "
+                  "(rc, oc, sc, cc, skip, all); default: the method's own"},
+    )
+    decoder_layer_map: str = field(default="", metadata={"help": "the same for the decoder"})
+    layer_normalize: ChoiceEnum(["none", "l2"]) = field(
+        default="none", metadata={"help": "l2: unit-normalise each vector before the MSE (PKD)"}
+    )
+    kd_include_embedding: bool = field(
+        default=False, metadata={"help": "also match the embedding outputs (layer 0)"}
+    )
+
+
+@dataclass
+class CKDOptions:
+    ckd_combination: ChoiceEnum(["rc", "oc", "sc", "cc"]) = field(
+        default="rc", metadata={"help": "preset layer map when --layer-map is not given"}
+    )
+    ckd_project: ChoiceEnum(["teacher", "student"]) = field(
+        default="teacher",
+        metadata={"help": "teacher: fuse the concatenated teacher states to the student width "
+                  "(paper); student: project the student state to k·d_t (released code)"},
+    )
+
+
+@dataclass
+class ALPKDOptions:
+    alp_score: ChoiceEnum(["dot", "scaled_dot", "cosine"]) = field(
+        default="dot", metadata={"help": "attention score between student and teacher states"}
+    )
+    alp_granularity: ChoiceEnum(["token", "sentence"]) = field(
+        default="token", metadata={"help": "attend per position, or with mean-pooled sentence vectors"}
+    )
+
+
+@dataclass
+class AttentionKDOptions:
+    a2d_weight: float = field(default=1.0, metadata={"help": "β, weight of the attention loss"})
+    a2d_decay: float = field(
+        default=0.9, metadata={"help": "the attention weight is β·decay^(epoch − 1)"}
+    )
+    a2d_attention_types: str = field(
+        default="all",
+        metadata={"help": "all, encoder, decoder, or a comma list of encoder_self, decoder_self, "
+                  "decoder_cross"},
+    )
+    a2d_normalize: ChoiceEnum(["softmax", "renorm"]) = field(
+        default="softmax",
+        metadata={"help": "how the AAM output becomes a distribution over keys (row-wise mode)"},
+    )
+    a2d_kl_mode: ChoiceEnum(["rowwise", "reference"]) = field(
+        default="rowwise",
+        metadata={"help": "rowwise: masked KL per query row; reference: the released code's "
+                  "softmax over each whole flattened map, unmasked"},
+    )
+
+
+# dataclass fields come from the bases in reverse MRO order: list the groups last-first to
+# keep fairseq's own options at the top of --help
+@dataclass
+class WordKDConfig(WordKDOptions, CommonOptions, LabelSmoothedCrossEntropyCriterionConfig):
+    pass
+
+
+@dataclass
+class LayerKDConfig(LayerKDOptions, WordKDConfig):
+    kd_weight: float = field(default=0.1, metadata={"help": "η, weight of the word-level KD term"})
+
+
+@dataclass
+class PKDConfig(LayerKDConfig):
+    layer_normalize: ChoiceEnum(["none", "l2"]) = field(
+        default="l2", metadata={"help": "l2: unit-normalise each vector before the MSE (the PKD paper)"}
+    )
+
+
+@dataclass
+class CKDConfig(CKDOptions, LayerKDConfig):
+    pass
+
+
+@dataclass
+class ALPKDConfig(ALPKDOptions, LayerKDConfig):
+    pass
+
+
+@dataclass
+class A2DConfig(AttentionKDOptions, WordKDConfig):
+    label_smoothing: float = field(default=0.1, metadata={"help": "epsilon for label smoothing"})
+
+
+@dataclass
+class DistillConfig(AttentionKDOptions, ALPKDOptions, CKDOptions, LayerKDOptions, WordKDConfig):
+    distill_terms: str = field(
+        default="word_kd",
+        metadata={"help": "comma list of terms to sum: word_kd, at most one layer-KD term (pkd, ckd, "
+                  "alp_kd) and a2d, e.g. 'word_kd,ckd,a2d'"},
+    )
+    label_smoothing: float = field(default=0.1, metadata={"help": "epsilon for label smoothing"})
+    kd_weight: Optional[float] = field(
+        default=None, metadata={"help": "η, weight of word-level KD (default: 0.1 with a layer-KD "
+                                "term, as in the CKD paper, else 0.5)"})
+    layer_normalize: Optional[ChoiceEnum(["none", "l2"])] = field(
+        default=None, metadata={"help": "l2: unit-normalise each vector before the MSE (default: l2 "
+                                "for pkd, none for ckd and alp_kd)"})

@@ -1,0 +1,141 @@
+"""Attention KD: Align-to-Distill (Jin et al., LREC-COLING 2024).
+
+Every student attention head learns from every teacher head, across layers, through a
+trainable Attention Alignment Module (AAM) per attention type: a pointwise convolution
+from the L_s·H_s stacked student maps to the L_t·H_t teacher maps (channel = layer·H +
+head), so any depths and head counts pair up without a layer map.
+
+    term = L_enc + (L_dec_self + L_dec_cross)/2,   weight β·decay^(epoch − 1)
+
+Each L is :func:`~fairseq_distill.losses.attention_kl` of the teacher maps against the AAM
+output (row-wise over allowed keys by default, or the released code's flattened-map form
+with ``--a2d-kl-mode reference``). The halving applies when both decoder terms are on. The
+weight comes on top of CE and word-level KD, as in the paper. Only the chosen attention
+types are captured and get an AAM.
+"""
+import logging
+import math
+from typing import List
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from fairseq_distill.errors import DistillError
+from fairseq_distill.features import ATTENTION_TYPES, FeatureRequest, Features
+from fairseq_distill.losses import align_attention, attention_kl
+from fairseq_distill.terms.base import DistillationTerm, TermContext, check_fraction
+
+logger = logging.getLogger(__name__)
+
+TYPE_ALIASES = {
+    "all": ATTENTION_TYPES,
+    "encoder": ("encoder_self",),
+    "decoder": ("decoder_self", "decoder_cross"),
+}
+
+
+def parse_attention_types(spec: str) -> tuple:
+    """'all', 'encoder', 'decoder' or a comma list of encoder_self, decoder_self, decoder_cross."""
+    chosen = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        names = TYPE_ALIASES.get(part, (part,))
+        for name in names:
+            if name not in ATTENTION_TYPES:
+                raise DistillError(f"--a2d-attention-types: unknown type '{part}'; use all, encoder, "
+                                   f"decoder or a comma list of {', '.join(ATTENTION_TYPES)}")
+            if name not in chosen:
+                chosen.append(name)
+    if not chosen:
+        raise DistillError(f"--a2d-attention-types '{spec}' chooses no attention type")
+    return tuple(t for t in ATTENTION_TYPES if t in chosen)
+
+
+class AttentionAlignment(nn.Module):
+    """The AAM of one attention type: student (layers, heads) -> teacher (layers, heads)."""
+
+    def __init__(self, student_layout, teacher_layout):
+        super().__init__()
+        c_in, c_out = student_layout[0] * student_layout[1], teacher_layout[0] * teacher_layout[1]
+        self.weight = nn.Parameter(torch.empty(c_out, c_in))
+        self.bias = nn.Parameter(torch.empty(c_out))
+        # the layouts travel with the weights, for analysis of a saved criterion state
+        self.register_buffer("student_layout", torch.tensor(student_layout))
+        self.register_buffer("teacher_layout", torch.tensor(teacher_layout))
+        # the initialisation of nn.Conv2d(c_in, c_out, kernel_size=1)
+        bound = 1.0 / math.sqrt(c_in)
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, student_maps: List[torch.Tensor]) -> torch.Tensor:
+        return align_attention(student_maps, self.weight, self.bias)
+
+
+class AttentionKDTerm(DistillationTerm):
+    name = "attn"
+    shares_ce_budget = False
+    scheduled = True
+
+    def __init__(self, weight: float, decay: float, context: TermContext, attention_types: str = "all",
+                 normalize: str = "softmax", kl_mode: str = "rowwise"):
+        if weight < 0:
+            raise DistillError(f"--a2d-weight must be >= 0, got {weight}")
+        check_fraction("--a2d-decay", decay)
+        super().__init__(weight)
+        self.decay, self.normalize, self.kl_mode = decay, normalize, kl_mode
+        self.types = parse_attention_types(attention_types)
+        self.source_pad, self.target_pad = context.source_pad, context.target_pad
+        context.single_teacher("a2d")
+        student_shape, teacher_shape = context.student_layout("a2d"), context.teacher_shape
+        aams = {}
+        for kind in self.types:
+            if kind not in student_shape or kind not in teacher_shape:
+                who = "student" if kind not in student_shape else "teacher"
+                raise DistillError(f"a2d: the {who} has no {kind} attention")
+            aams[kind] = AttentionAlignment(student_shape[kind], teacher_shape[kind])
+            (ls, hs), (lt, ht) = student_shape[kind], teacher_shape[kind]
+            logger.info(f"a2d {kind}: AAM {ls}x{hs} student heads -> {lt}x{ht} teacher heads")
+        self.aams = nn.ModuleDict(aams)
+
+    @classmethod
+    def from_config(cls, cfg, context: TermContext) -> "AttentionKDTerm":
+        return cls(cfg.a2d_weight, cfg.a2d_decay, context, cfg.a2d_attention_types,
+                   str(cfg.a2d_normalize), str(cfg.a2d_kl_mode))
+
+    @property
+    def request(self) -> FeatureRequest:
+        return FeatureRequest(attention=frozenset(self.types))
+
+    def current_weight(self) -> float:
+        """β·decay^(epoch − 1), from fairseq's epoch counter."""
+        return self.weight * self.decay ** (self.epoch - 1)
+
+    def masks(self, kind: str, sample):
+        """(key mask broadcastable to B x 1 x T x S, query mask B x T) of one attention type."""
+        net_input = sample["net_input"]
+        src_real = net_input["src_tokens"].ne(self.source_pad)
+        tgt_real = net_input["prev_output_tokens"].ne(self.target_pad)
+        if kind == "encoder_self":
+            return src_real[:, None, None, :], src_real
+        if kind == "decoder_cross":
+            return src_real[:, None, None, :], tgt_real
+        length = tgt_real.size(1)
+        causal = torch.ones(length, length, dtype=torch.bool, device=tgt_real.device).tril()
+        return tgt_real[:, None, None, :] & causal[None, None], tgt_real
+
+    def losses_by_type(self, student: Features, teacher: Features, sample) -> dict:
+        losses = {}
+        for kind in self.types:
+            key_mask, query_mask = self.masks(kind, sample)
+            aligned = self.aams[kind](student.attention[kind])
+            losses[kind] = attention_kl(teacher.attention[kind], aligned, key_mask, query_mask,
+                                        self.normalize, self.kl_mode)
+        return losses
+
+    def forward(self, student: Features, teachers: List[Features], sample) -> Tensor:
+        losses = self.losses_by_type(student, teachers[0], sample)
+        decoder = [losses[k] for k in ("decoder_self", "decoder_cross") if k in losses]
+        total = losses.get("encoder_self", 0.0)
+        if decoder:
+            total = total + sum(decoder) / len(decoder)
+        return total

@@ -1,0 +1,71 @@
+"""What every distillation term shares: its context, its weight and its interface."""
+from dataclasses import dataclass
+from typing import List, Optional
+
+import torch.nn as nn
+from torch import Tensor
+
+from fairseq_distill.errors import DistillError
+from fairseq_distill.features import FeatureRequest, Features
+
+
+@dataclass
+class TermContext:
+    """What a term may need to know when it is built: the frozen teachers, the layout of
+    the student and of the (first) teacher (see :func:`~fairseq_distill.features.stack_shape`),
+    and the padding indices and target prefix of the data."""
+
+    teachers: object  # a TeacherEnsemble
+    student_shape: Optional[dict]
+    teacher_shape: Optional[dict]
+    source_pad: int
+    target_pad: int
+    ignore_prefix_size: int = 0
+
+    def single_teacher(self, term: str):
+        if len(self.teachers) != 1:
+            raise DistillError(f"{term} distils the inner features of one teacher; --teacher-path "
+                               f"names {len(self.teachers)}")
+
+    def student_layout(self, term: str) -> dict:
+        if self.student_shape is None:
+            raise DistillError(f"{term} needs a layered Transformer student (an encoder and a "
+                               f"decoder with .layers)")
+        return self.student_shape
+
+
+class DistillationTerm(nn.Module):
+    """One weighted KD term. Subclasses set :attr:`name` (logged as ``<name>_loss``) and
+    implement :meth:`forward`.
+
+    ``shares_ce_budget``: the term's weight is taken from the cross-entropy's share
+    (CE weight = 1 − Σ such weights unless ``--ce-weight`` is given), as word-level KD and
+    layer KD do in their papers; otherwise it comes on top (A2D's attention term).
+    """
+
+    name = "term"
+    shares_ce_budget = True
+    scheduled = False  # True: the weight changes during training, and is logged
+
+    def __init__(self, weight: float):
+        super().__init__()
+        self.weight = float(weight)
+        self.epoch = 1        # fairseq's 1-based epoch, set by the criterion
+        self.num_updates = 0
+
+    @property
+    def request(self) -> FeatureRequest:
+        """Features beyond the logits that this term reads from student and teachers."""
+        return FeatureRequest()
+
+    def current_weight(self) -> float:
+        return self.weight
+
+    def forward(self, student: Features, teachers: List[Features], sample) -> Tensor:
+        """The term's value for a batch, summed over the positions it covers."""
+        raise NotImplementedError
+
+
+def check_fraction(name: str, value: float):
+    if not 0.0 <= value <= 1.0:
+        raise DistillError(f"{name} must be between 0 and 1, got {value}")

@@ -1,0 +1,72 @@
+"""How layer KD turns a group of teacher states (and the student state) into the pair it
+compares: CKD's fused linear map (PKD is its one-layer case) and ALP-KD's attention over
+teacher layers. A fuser's projections are learned parameters of the criterion."""
+import logging
+from typing import Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from fairseq_distill.losses import alp_attention, alp_fuse, masked_mse, mean_pool
+
+logger = logging.getLogger(__name__)
+
+
+def warn_if_collapsible(normalize: str):
+    """A learned map of the teacher's states, compared with the student's by plain MSE, can
+    shrink both sides towards a constant: the loss goes to zero and the student unlearns."""
+    if normalize == "none":
+        logger.warning(
+            "a learned projection of the teacher's states compared by unnormalised MSE lets both sides "
+            "shrink towards a constant, so the layer loss can vanish while the student unlearns; "
+            "--layer-normalize l2 (or, for ckd, --ckd-project student) avoids that")
+
+
+class CombinationFuser(nn.Module):
+    """One optional linear map per (student layer, teacher group) pair."""
+
+    def __init__(self, groups: Sequence[Tuple[int, ...]], student_dim: int, teacher_dim: int,
+                 project: str = "teacher", normalize: str = "none"):
+        super().__init__()
+        self.project, self.normalize = project, normalize
+        maps = []
+        for group in groups:
+            fused_dim = len(group) * teacher_dim
+            if fused_dim == student_dim and len(group) == 1:
+                maps.append(nn.Identity())
+            elif project == "teacher":
+                maps.append(nn.Linear(fused_dim, student_dim))
+                warn_if_collapsible(normalize)
+            else:
+                maps.append(nn.Linear(student_dim, fused_dim))
+        self.maps = nn.ModuleList(maps)
+
+    def forward(self, index, student_state, teacher_states, mask):
+        concat = torch.cat(teacher_states, dim=-1) if len(teacher_states) > 1 else teacher_states[0]
+        linear = self.maps[index]
+        if self.project == "teacher":
+            # cast the frozen teacher's states to the projection's dtype (they may differ under fp16)
+            return masked_mse(student_state, linear(concat.to(student_state.dtype)), mask, self.normalize)
+        return masked_mse(linear(student_state), concat, mask, self.normalize)
+
+
+class AttentionFuser(nn.Module):
+    """ALP-KD: attention over the group's teacher layers, per position or per sentence."""
+
+    def __init__(self, student_dim, teacher_dim, score="dot", granularity="token", normalize="none"):
+        super().__init__()
+        self.score, self.granularity, self.normalize = score, granularity, normalize
+        self.project = nn.Identity() if student_dim == teacher_dim else nn.Linear(teacher_dim, student_dim)
+        if student_dim != teacher_dim:
+            warn_if_collapsible(normalize)
+        self.last_alpha = {}  # pair index -> K x L x B weights of the last forward (for analysis)
+
+    def forward(self, index, student_state, teacher_states, mask):
+        teachers = self.project(torch.stack(teacher_states, dim=0).to(student_state.dtype))  # K x L x B x C
+        if self.granularity == "sentence":
+            student_state = mean_pool(student_state, mask)
+            teachers = torch.stack([mean_pool(t, mask) for t in teachers], dim=0)
+            mask = mask.new_ones(mask.size(0), 1)
+        alpha = alp_attention(student_state, teachers, self.score)
+        self.last_alpha[index] = alpha.detach()
+        return masked_mse(student_state, alp_fuse(teachers, alpha), mask, self.normalize)

@@ -1,0 +1,38 @@
+"""Word-level KD: ``τ² · Σ_tokens KL(p_teacher^τ ‖ p_student^τ)`` (Hinton et al.; Kim and Rush)."""
+from typing import List
+
+from torch import Tensor
+
+from fairseq_distill.errors import DistillError
+from fairseq_distill.features import Features
+from fairseq_distill.losses import ensemble_log_probs, log_probs_at, word_kd_loss
+from fairseq_distill.terms.base import DistillationTerm, TermContext, check_fraction
+
+
+class WordKDTerm(DistillationTerm):
+    """KL from the teachers' averaged distribution to the student's, per target token."""
+
+    name = "kd"
+
+    def __init__(self, weight: float, temperature: float, context: TermContext):
+        check_fraction("--kd-weight", weight)
+        if temperature <= 0:
+            raise DistillError(f"--kd-temperature must be positive, got {temperature}")
+        super().__init__(weight)
+        self.temperature = temperature
+        self.prefix, self.padding_idx = context.ignore_prefix_size, context.target_pad
+
+    @classmethod
+    def from_config(cls, cfg, context: TermContext) -> "WordKDTerm":
+        return cls(cfg.kd_weight, cfg.kd_temperature, context)
+
+    def forward(self, student: Features, teachers: List[Features], sample) -> Tensor:
+        p, tau = self.prefix, self.temperature
+        # at τ = 1 the KD term reuses the log-probabilities of the cross-entropy term
+        if tau == 1.0 and student.log_probs is not None:
+            student_log_probs = student.log_probs[:, p:]
+        else:
+            student_log_probs = log_probs_at(student.logits[:, p:], tau)
+        teacher_log_probs = ensemble_log_probs([t.logits[:, p:] for t in teachers], tau)
+        non_pad = sample["target"][:, p:].ne(self.padding_idx)
+        return word_kd_loss(student_log_probs, teacher_log_probs, non_pad, tau)

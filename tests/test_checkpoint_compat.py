@@ -1,0 +1,50 @@
+"""Training checkpoints of fairseq_distill 0.1 (before terms were composable) still resume."""
+import os
+import shutil
+
+import pytest
+import torch
+
+from conftest import PACKAGE_DIR, REPO, TINY_MODEL, TRAIN_FLAGS, python_module, run
+from distill_setup import build_trainer, first_batch
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "v0_1_checkpoints")
+DATA = os.path.join(FIXTURES, "data-bin")
+TEACHER = os.path.join(FIXTURES, "teacher.pt")
+CASES = {  # fixture -> (criterion, options it was trained with, new name of its first parameter)
+    "ckd": ("ckd", ["--kd-side", "both"], "terms.layer.fusers.encoder.maps.0.weight"),
+    "alp_kd": ("alp_kd", [], "terms.layer.fusers.encoder.project.weight"),
+    "a2d": ("a2d", [], "terms.attn.aams.encoder_self.weight"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_old_training_checkpoint_loads_into_the_composed_criterion(name, tmp_path):
+    criterion, options, new_key = CASES[name]
+    saved = torch.load(os.path.join(FIXTURES, f"{name}.pt"), weights_only=False)
+    _, _, model, crit, trainer = build_trainer(
+        DATA, "--task", "translation_distill", "--teacher-path", TEACHER, *options,
+        "--save-dir", str(tmp_path), criterion=criterion)
+    trainer.load_checkpoint(os.path.join(FIXTURES, f"{name}.pt"))
+    assert trainer.get_num_updates() == 3
+    ours = crit.state_dict()
+    assert new_key in ours and len(ours) == len(saved["criterion"])
+    for key, value in saved["criterion"].items():  # every old parameter, under its new name
+        new = "terms.layer." + key if key.startswith("fusers.") else "terms.attn." + key
+        assert torch.equal(ours[new], value), key
+    # and training goes on from there
+    trainer.train_step([first_batch(trainer.task)])
+    assert trainer.get_num_updates() == 4
+
+
+def test_old_checkpoint_resumes_with_fairseq_train(tmp_path):
+    save = tmp_path / "run"
+    save.mkdir()
+    shutil.copy(os.path.join(FIXTURES, "ckd.pt"), save / "checkpoint_last.pt")
+    out = run(python_module("fairseq_cli.train", DATA, "--user-dir", PACKAGE_DIR, *TRAIN_FLAGS, *TINY_MODEL,
+                            "--task", "translation_distill", "--teacher-path", TEACHER, "--criterion", "ckd",
+                            "--kd-side", "both", "--max-update", "5", "--save-dir", str(save))).stdout
+    assert "@ 3 updates)" in out  # resumed where version 0.1 stopped
+    state = torch.load(save / "checkpoint_last.pt", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == 5
+    assert any(k.startswith("terms.layer.fusers.") for k in state["criterion"])

@@ -1,0 +1,106 @@
+"""Composable distillation terms: --criterion distill sums any word, layer and attention terms."""
+import math
+import os
+
+import pytest
+import torch
+
+from conftest import PACKAGE_DIR, REPO, TINY_MODEL, TRAIN_FLAGS, python_module, run
+from distill_setup import build, first_batch
+from fairseq_distill.errors import DistillError
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "v0_1_checkpoints")
+DATA, TEACHER = os.path.join(FIXTURES, "data-bin"), os.path.join(FIXTURES, "teacher.pt")
+DISTILL = ["--task", "translation_distill", "--teacher-path", TEACHER]
+
+
+def test_ckd_plus_a2d_is_the_weighted_sum_of_its_terms():
+    cfg, task, model = build(DATA, *DISTILL, "--distill-terms", "word_kd,ckd,a2d", "--kd-weight", "0.2",
+                             "--layer-weight", "0.5", "--a2d-weight", "0.3", criterion="distill")
+    crit = task.build_criterion(cfg.criterion)
+    assert list(crit.terms) == ["kd", "layer", "attn"]
+    model.train()
+    loss, sample_size, logs = crit(model, first_batch(task))
+    # CE gets 1 − η − λ; the attention term comes on top
+    want = 0.3 * logs["ce_loss"] + 0.2 * logs["kd_loss"] + 0.5 * logs["layer_loss"] + 0.3 * logs["attn_loss"]
+    assert loss.item() == pytest.approx(want.item(), rel=1e-6)
+    for name, weight in (("ce", 0.3), ("kd", 0.2), ("layer", 0.5), ("attn", 0.3)):
+        assert logs[f"{name}_weighted"].item() == pytest.approx(weight * logs[f"{name}_loss"].item(), rel=1e-6)
+    parts = sum(logs[f"{n}_weighted"] for n in ("ce", "kd", "layer", "attn"))
+    assert parts.item() == pytest.approx(loss.item(), rel=1e-6)
+    assert logs["attn_weight"] == pytest.approx(0.3 * sample_size)
+    loss.backward()
+    names = [n for n, _ in crit.named_parameters()]
+    assert any(n.startswith("terms.layer.fusers.") for n in names)
+    assert any(n.startswith("terms.attn.aams.") for n in names)
+    for name, p in crit.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_presets_are_the_distill_criterion_with_fixed_terms():
+    for criterion, terms in (("word_kd", ["kd"]), ("pkd", ["kd", "layer"]), ("alp_kd", ["kd", "layer"]),
+                             ("a2d", ["kd", "attn"])):
+        cfg, task, _ = build(DATA, *DISTILL, criterion=criterion)
+        crit = task.build_criterion(cfg.criterion)
+        assert list(crit.terms) == terms, criterion
+    cfg, task, _ = build(DATA, *DISTILL, "--distill-terms", "word_kd,pkd", criterion="distill")
+    crit = task.build_criterion(cfg.criterion)
+    # --criterion distill takes each method's own defaults: η = 0.1 with layer KD, l2 for PKD
+    assert crit.terms["kd"].weight == 0.1 and crit.terms["layer"].normalize == "l2"
+
+
+@pytest.mark.parametrize("terms,message", [
+    ("word_kd,pkd,ckd", "at most one layer-KD term"),
+    ("word_kd,mse", "unknown term 'mse'; valid terms: word_kd, pkd, ckd, alp_kd, a2d"),
+    ("a2d,a2d", "names a term twice"),
+])
+def test_bad_term_lists_are_named(terms, message):
+    cfg, task, _ = build(DATA, *DISTILL, "--distill-terms", terms, criterion="distill")
+    with pytest.raises(DistillError, match=message):
+        task.build_criterion(cfg.criterion)
+
+
+def test_weights_that_leave_ce_negative_are_refused():
+    cfg, task, _ = build(DATA, *DISTILL, "--distill-terms", "word_kd,ckd", "--kd-weight", "0.5",
+                         "--layer-weight", "0.7", criterion="distill")
+    with pytest.raises(DistillError, match=r"KD weights \(kd 0.5 \+ layer 0.7\) exceed 1"):
+        task.build_criterion(cfg.criterion)
+
+
+def train(save_dir, *extra, check=True):
+    return run(python_module("fairseq_cli.train", DATA, "--user-dir", PACKAGE_DIR, *TRAIN_FLAGS, *TINY_MODEL,
+                             *DISTILL, "--save-dir", str(save_dir), *extra), check=check)
+
+
+def logged(out, key):
+    values = [float(part.split()[1]) for line in out.splitlines() if "| train" in line
+              for part in line.split(" | ") if part.startswith(key + " ")]
+    assert values, f"no {key} in the log"
+    return values
+
+
+def test_combined_terms_train_from_the_command_line(tmp_path):
+    out = train(tmp_path, "--criterion", "distill", "--distill-terms", "word_kd,ckd,a2d",
+                "--kd-side", "both", "--max-update", "3").stdout
+    for key in ("kd_loss", "layer_loss", "attn_loss", "ce_weighted", "attn_weighted", "attn_weight"):
+        assert all(math.isfinite(v) for v in logged(out, key)), key
+    state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=False)
+    keys = set(state["criterion"])
+    assert {"terms.layer.fusers.encoder.maps.0.weight", "terms.layer.fusers.decoder.maps.0.weight",
+            "terms.attn.aams.encoder_self.weight", "terms.attn.aams.decoder_cross.weight"} <= keys
+
+
+def test_resuming_with_another_layer_map_says_what_to_do(tmp_path):
+    train(tmp_path, "--criterion", "ckd", "--layer-map", "1,2", "--max-update", "2")
+    proc = train(tmp_path, "--criterion", "ckd", "--layer-map", "2", "--max-update", "4", check=False)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stdout
+    assert ("error: criterion parameter 'terms.layer.fusers.encoder.maps.0.weight' has shape (16, 48) in "
+            "the checkpoint but (16, 24) now") in proc.stdout
+    assert "--reset-distill-parameters --reset-optimizer" in proc.stdout
+    # the way out it names works: the model weights are kept, projections learned afresh
+    train(tmp_path, "--criterion", "ckd", "--layer-map", "2", "--max-update", "4",
+          "--reset-distill-parameters", "--reset-optimizer")
+    state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == 4
+    assert tuple(state["criterion"]["terms.layer.fusers.encoder.maps.0.weight"].shape) == (16, 24)

@@ -4,6 +4,11 @@
 whitespace-split raw text) and records which in ``fairseq_distill.json`` beside the
 binarized data; :meth:`Segmenter.from_dir` reads that record, so raw text in → model
 tokens, and model tokens → detokenised text, match what training and evaluation saw.
+
+Before segmentation every run of whitespace becomes one space (:func:`normalize_whitespace`).
+fairseq splits its tokens at any character ``str.isspace()`` accepts (tab, U+00A0, U+2028,
+U+0085, ...) and fairseq-preprocess splits lines at a bare ``\\r``: a piece holding such a
+character would be lost, or cut its line in two and misalign the corpus.
 """
 import json
 import os
@@ -22,6 +27,11 @@ def load_meta(directory: str):
         return None
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def normalize_whitespace(line: str) -> str:
+    """Runs of whitespace (as fairseq and ``str.split()`` see it) as one space, none at the ends."""
+    return " ".join(line.split())
 
 
 class Segmenter:
@@ -52,14 +62,17 @@ class Segmenter:
         return cls(kind, os.path.join(directory, model or ""))
 
     def encode(self, line: str) -> List[str]:
+        line = normalize_whitespace(line)
         if self.kind == "sentencepiece":
             return self._sp.encode(line, out_type=str)
-        return self._bpe.process_line(line.strip()).split()
+        return self._bpe.process_line(line).split()
 
     def encode_lines(self, lines: List[str]) -> List[str]:
-        """Space-joined pieces per line, as fairseq-preprocess reads them."""
+        """Space-joined pieces per line, as fairseq-preprocess reads them: no line holds a
+        character that fairseq reads as a line or token break, other than the spaces."""
         if self.kind == "sentencepiece":
-            return [" ".join(pieces) for pieces in self._sp.encode(lines, out_type=str)]
+            normalized = [normalize_whitespace(line) for line in lines]
+            return [" ".join(pieces) for pieces in self._sp.encode(normalized, out_type=str)]
         return [" ".join(self.encode(line)) for line in lines]
 
     def decode(self, pieces: List[str]) -> str:

@@ -162,6 +162,13 @@ def translate_lines(lines: List[str], translator, segmenter: Segmenter, batch_si
     return run
 
 
+def join_output_lines(outputs: List[str]) -> str:
+    """The output text: each output followed by "\\n". A line break inside an output would
+    shift every later line; a model trained on prepared data has no piece that makes one,
+    but a space in its place keeps the one-line-per-input promise regardless."""
+    return "".join(out.replace("\r", " ").replace("\n", " ") + "\n" for out in outputs)
+
+
 def build_translator(backend: str, options: DecodingOptions, checkpoint: Optional[str] = None,
                      data_bin: Optional[str] = None, model_dir: Optional[str] = None):
     """The translator and the segmenter that goes with it."""

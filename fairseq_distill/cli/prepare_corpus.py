@@ -14,25 +14,37 @@ Output directory layout::
 Segmentation is lossless so that detokenised output can be scored against the raw
 references: sentencepiece works on raw text; subword-nmt runs on whitespace-split raw
 text (no Moses tokenizer), so removing the ``@@ `` markers gives the raw text back.
+(Lossless up to whitespace: runs of whitespace are segmented as one space, see
+:mod:`fairseq_distill.segmentation`.)
+
+Lines end at ``\\n`` only (``\\r\\n`` too), as ``wc -l`` counts them; invalid UTF-8 is an
+error naming file and line unless ``--errors replace``. The binarized data is checked to
+hold exactly one sentence per input line.
+
+``fairseq_distill.json`` records what OUT was made from (each input's path, size,
+modification time and SHA-256; the options that change the output). A rerun into OUT
+reuses it when those are the same and refuses, naming what differs, when they are not,
+unless ``--force``.
 """
 import argparse
-import gzip
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 
+from fairseq_distill.cli.common import run_cli
 from fairseq_distill.errors import DistillError
-from fairseq_distill.segmentation import META_FILE, Segmenter
+from fairseq_distill.segmentation import META_FILE, Segmenter, normalize_whitespace
+from fairseq_distill.textfiles import ERRORS, read_lines
 
-
-
-def open_text(path):
-    if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
+# what a rerun compares (besides the inputs), with the option that sets it
+RECORDED_OPTIONS = {"source_lang": "--source-lang", "target_lang": "--target-lang", "bpe": "--bpe",
+                    "vocab_size": "--vocab-size", "spm_model_type": "--spm-model-type",
+                    "errors": "--errors", "splits": "--test-prefix (number of test sets)"}
 
 
 def find_side(prefix, lang):
@@ -46,15 +58,14 @@ def find_side(prefix, lang):
     )
 
 
-def read_lines(path):
-    with open_text(path) as f:
-        return [line.rstrip("\r\n") for line in f]
+def warn(message):
+    print(f"[prepare] warning: {message}", file=sys.stderr)
 
 
-def load_split(prefix, src, tgt, split):
-    """Read one split and check it: aligned line counts, not empty, no blank lines."""
-    src_path, tgt_path = find_side(prefix, src), find_side(prefix, tgt)
-    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
+def load_split(src_path, tgt_path, split, errors="strict"):
+    """Read one split and check it: aligned line counts, not empty, no blank lines.
+    Lines end at \\n only, as ``wc -l`` counts them (see :mod:`fairseq_distill.textfiles`)."""
+    src_lines, tgt_lines = read_lines(src_path, errors, warn), read_lines(tgt_path, errors, warn)
     if len(src_lines) != len(tgt_lines):
         raise DistillError(
             f"misaligned {split} files: {src_path} has {len(src_lines)} lines but "
@@ -73,41 +84,117 @@ def load_split(prefix, src, tgt, split):
 
 
 def write_lines(path, lines):
-    with open(path, "w", encoding="utf-8") as f:
+    # newline="\n": written exactly as given, whatever the platform
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
         for line in lines:
             f.write(line + "\n")
 
 
-def train_sentencepiece(train_files, model_prefix, vocab_size, model_type):
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def describe_input(path):
+    st = os.stat(path)
+    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256(path)}
+
+
+def same_content(recorded, path):
+    """Whether ``path`` holds what ``recorded`` describes; the hash is computed only when
+    size and modification time alone do not settle it."""
+    st = os.stat(path)
+    if st.st_size != recorded.get("size"):
+        return False
+    if st.st_mtime_ns == recorded.get("mtime_ns"):
+        return True
+    return sha256(path) == recorded.get("sha256")
+
+
+def differences(made_from, inputs, options):
+    """What differs between the recorded ``made_from`` and the inputs and options of this run."""
+    found = []
+    for key, flag in RECORDED_OPTIONS.items():
+        old, new = made_from["options"].get(key), options.get(key)
+        if old != new:
+            found.append(f"{flag}: prepared with {old}, now {new}")
+    for split, sides in inputs.items():
+        for lang, path in sides.items():
+            recorded = made_from["inputs"].get(split, {}).get(lang)
+            if recorded is None:
+                continue  # a split or language that differs is reported with the options
+            if not same_content(recorded, path):
+                was = "" if os.path.abspath(path) == recorded["path"] else f" (prepared from {recorded['path']})"
+                found.append(f"{path} ({split}, {lang}) has changed since it was prepared{was}")
+    return found
+
+
+def check_reuse(out, meta_path, inputs, options):
+    """Reuse a prepared directory only if it was made from the same inputs and options."""
+    with open(meta_path, encoding="utf-8") as f:
+        made_from = json.load(f).get("made_from")
+    if made_from is None:
+        raise DistillError(
+            f"{out} was prepared by an earlier version that did not record its inputs and options, "
+            f"so whether they match cannot be told; rerun with --force (or remove {out}) to prepare it again")
+    found = differences(made_from, inputs, options)
+    if found:
+        raise DistillError(
+            f"{out} was prepared from other inputs or options: {'; '.join(found)}. "
+            f"Rerun with --force (or remove {out}) to prepare it again from these, or choose another --out")
+    print(f"[prepare] reusing {out}: it was made from the same inputs and options ({meta_path}); "
+          f"--force redoes it")
+
+
+def train_sentencepiece(train_text, model_prefix, vocab_size, model_type):
     import sentencepiece as spm
 
-    spm.SentencePieceTrainer.train(
-        input=",".join(train_files),
-        model_prefix=model_prefix,
-        vocab_size=vocab_size,
-        model_type=model_type,
-        character_coverage=1.0,
-        # fairseq's dictionary adds its own specials; keep sentencepiece's ids out of the way
-        bos_id=-1,
-        eos_id=-1,
-        unk_id=0,
-        pad_id=-1,
-        minloglevel=2,
-    )
+    try:
+        spm.SentencePieceTrainer.train(
+            input=train_text,
+            model_prefix=model_prefix,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=1.0,
+            # fairseq's dictionary adds its own specials; keep sentencepiece's ids out of the way
+            bos_id=-1,
+            eos_id=-1,
+            unk_id=0,
+            pad_id=-1,
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        raise vocab_size_error(str(e), vocab_size) from e
     return model_prefix + ".model"
 
 
-def learn_subword_nmt(train_files, codes_path, num_merges):
+def vocab_size_error(message, vocab_size):
+    """sentencepiece's complaint about the vocabulary size, as a DistillError naming the limit."""
+    too_high = re.search(r"Please set it to a value <= (\d+)", message)
+    if too_high:
+        return DistillError(
+            f"--vocab-size {vocab_size} is more than sentencepiece can make from this training data; "
+            f"use at most {too_high.group(1)} (or more training data)")
+    too_low = re.search(r"smaller than required_chars\. \d+ vs (\d+)", message)
+    if too_low:
+        # character_coverage=1.0 keeps every character as a piece, plus the one special piece <unk>
+        smallest = int(too_low.group(1)) + 1
+        return DistillError(
+            f"--vocab-size {vocab_size} is too small: the training data has {too_low.group(1)} distinct "
+            f"characters, each needs a piece of its own, plus <unk>; use at least {smallest}")
+    return DistillError(f"sentencepiece could not train with --vocab-size {vocab_size}: {message}")
+
+
+def learn_subword_nmt(train_text, codes_path, num_merges):
     from subword_nmt.learn_bpe import learn_bpe
 
-    joint = codes_path + ".input"
-    with open(joint, "w", encoding="utf-8") as out:
-        for path in train_files:
-            with open(path, encoding="utf-8") as f:
-                shutil.copyfileobj(f, out)
-    with open(joint, encoding="utf-8") as inp, open(codes_path, "w", encoding="utf-8") as out:
+    # newline="\n": learn from the lines as they were read, not re-split at a bare \r
+    with open(train_text, encoding="utf-8", newline="\n") as inp, \
+            open(codes_path, "w", encoding="utf-8") as out:
         learn_bpe(inp, out, num_merges)
-    os.remove(joint)
     return codes_path
 
 
@@ -127,6 +214,20 @@ def fairseq_preprocess(src, tgt, tok_dir, bin_dir, test_names, workers, srcdict=
     subprocess.run(cmd, check=True)
 
 
+def check_binarized(bin_dir, tok_dir, src, tgt, sizes):
+    """fairseq-preprocess must have written one sentence per input pair, on both sides."""
+    from fairseq.data import data_utils
+
+    for name, n in sizes.items():
+        for lang in (src, tgt):
+            dataset = data_utils.load_indexed_dataset(os.path.join(bin_dir, f"{name}.{src}-{tgt}.{lang}"), None)
+            got = len(dataset) if dataset is not None else 0
+            if got != n:
+                raise DistillError(
+                    f"fairseq-preprocess wrote {got} sentences for {name}.{lang} but the input has {n} "
+                    f"lines; {os.path.join(tok_dir, f'{name}.{lang}')} must have one line per sentence")
+
+
 def prepare(args):
     started = time.time()
     src, tgt = args.source_lang, args.target_lang
@@ -136,36 +237,50 @@ def prepare(args):
         name = "test" if i == 0 else f"test{i}"
         splits.append((name, prefix))
         test_names.append(name)
+    errors = getattr(args, "errors", "strict")
+    if args.vocab_size < 1:
+        raise DistillError(f"--vocab-size must be a positive number, got {args.vocab_size}")
+    options = {"source_lang": src, "target_lang": tgt, "bpe": args.bpe, "vocab_size": args.vocab_size,
+               "spm_model_type": args.spm_model_type if args.bpe == "sentencepiece" else None,
+               "errors": errors, "splits": [name for name, _ in splits]}
+    inputs = {name: {lang: find_side(prefix, lang) for lang in (src, tgt)} for name, prefix in splits}
 
     meta_path = os.path.join(args.out, "bin", META_FILE)
     if os.path.exists(meta_path) and not args.force:
-        print(f"[prepare] {args.out} is already prepared ({meta_path} exists); --force redoes it")
+        check_reuse(args.out, meta_path, inputs, options)
         return meta_path
+
+    # read and check everything before anything already there is replaced
+    made_from = {"options": options, "inputs": {}}
+    data = {}
+    for name, prefix in splits:
+        data[name] = load_split(inputs[name][src], inputs[name][tgt], name, errors)
+        made_from["inputs"][name] = {lang: describe_input(inputs[name][lang]) for lang in (src, tgt)}
+        print(f"[prepare] {name}: {len(data[name][0]):,} sentence pairs from {prefix}")
 
     raw_dir, tok_dir, bin_dir = (os.path.join(args.out, d) for d in ("raw", "tok", "bin"))
     if os.path.isdir(bin_dir):
         shutil.rmtree(bin_dir)
     for d in (raw_dir, tok_dir, bin_dir):
         os.makedirs(d, exist_ok=True)
+    for name, (src_lines, tgt_lines) in data.items():
+        write_lines(os.path.join(raw_dir, f"{name}.{src}"), src_lines)
+        write_lines(os.path.join(raw_dir, f"{name}.{tgt}"), tgt_lines)
 
-    data = {}
-    for name, prefix in splits:
-        data[name] = load_split(prefix, src, tgt, name)
-        write_lines(os.path.join(raw_dir, f"{name}.{src}"), data[name][0])
-        write_lines(os.path.join(raw_dir, f"{name}.{tgt}"), data[name][1])
-        print(f"[prepare] {name}: {len(data[name][0]):,} sentence pairs from {prefix}")
-
-    train_raw = [os.path.join(raw_dir, f"train.{lang}") for lang in (src, tgt)]
+    # the subword model learns from the text as it will be segmented (whitespace normalised)
+    train_text = os.path.join(bin_dir, "train.subword-input.txt")
+    write_lines(train_text, [normalize_whitespace(line) for side in data["train"] for line in side])
     if args.bpe == "sentencepiece":
         model = train_sentencepiece(
-            train_raw, os.path.join(bin_dir, "sentencepiece"), args.vocab_size, args.spm_model_type
+            train_text, os.path.join(bin_dir, "sentencepiece"), args.vocab_size, args.spm_model_type
         )
         encode = Segmenter("sentencepiece", model).encode_lines
         bpe_meta = {"bpe": "sentencepiece", "sentencepiece_model": "sentencepiece.model"}
     else:
-        codes = learn_subword_nmt(train_raw, os.path.join(bin_dir, "bpe.codes"), args.vocab_size)
+        codes = learn_subword_nmt(train_text, os.path.join(bin_dir, "bpe.codes"), args.vocab_size)
         encode = Segmenter("subword_nmt", codes).encode_lines
         bpe_meta = {"bpe": "subword_nmt", "bpe_codes": "bpe.codes"}
+    os.remove(train_text)
     print(f"[prepare] learned a joint {args.bpe} model (size {args.vocab_size})")
 
     for name, (src_lines, tgt_lines) in data.items():
@@ -173,6 +288,8 @@ def prepare(args):
         write_lines(os.path.join(tok_dir, f"{name}.{tgt}"), encode(tgt_lines))
 
     fairseq_preprocess(src, tgt, tok_dir, bin_dir, test_names, args.workers)
+    sizes = {name: len(lines[0]) for name, lines in data.items()}
+    check_binarized(bin_dir, tok_dir, src, tgt, sizes)
 
     # Raw references travel with the binarized data so that evaluation needs only bin/.
     bin_raw = os.path.join(bin_dir, "raw")
@@ -185,7 +302,8 @@ def prepare(args):
         "target_lang": tgt,
         **bpe_meta,
         "raw": {name: {lang: f"raw/{name}.{lang}" for lang in (src, tgt)} for name in ["valid"] + test_names},
-        "sizes": {name: len(lines[0]) for name, lines in data.items()},
+        "sizes": sizes,
+        "made_from": made_from,
     }
     with open(meta_path, "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=2)
@@ -208,16 +326,19 @@ def build_parser():
     )
     p.add_argument("--spm-model-type", choices=["unigram", "bpe"], default="unigram")
     p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
-    p.add_argument("--force", action="store_true", help="redo an already prepared directory")
+    p.add_argument("--errors", choices=ERRORS, default="strict",
+                   help="invalid UTF-8 in the input: strict (default) stops with the file and line; "
+                        "replace reads each invalid byte sequence as U+FFFD, with a warning")
+    p.add_argument("--force", action="store_true",
+                   help="prepare again even if OUT was prepared before (by default OUT is reused if it "
+                        "was made from the same inputs and options, and refused if not)")
     return p
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    try:
-        prepare(args)
-    except DistillError as e:
-        sys.exit(f"prepare_corpus: error: {e}")
+    # nothing returned: the console script passes main()'s value to sys.exit
+    run_cli("prepare_corpus", lambda: prepare(args))
 
 
 if __name__ == "__main__":

@@ -3,15 +3,21 @@
     fsd-translate --backend fairseq --checkpoint student.pt --data-bin DATA_BIN < in.de > out.en
     fsd-translate --backend ctranslate2 --model-dir ct2-student --input in.de --output out.en
 
-One sentence per line; output lines match input lines (an empty line gives an empty line).
-Inputs longer than the model accepts are truncated to its limit, with a warning naming the
-line. Progress goes to standard error.
+One sentence per line, UTF-8: one output line for each input line, in order (an empty line
+gives an empty line). A line ends at "\\n" ("\\r\\n" too) and nowhere else, as `wc -l`
+counts: a bare "\\r", U+2028, U+0085, form feeds and other whitespace inside a line read as
+a space; a last line without a newline is a line. Invalid UTF-8 is an error naming the line
+unless --errors replace. Inputs longer than the model accepts are truncated to its limit,
+with a warning naming the line. Progress goes to standard error.
 """
 import argparse
 import sys
 
+from fairseq_distill.cli.common import run_cli
 from fairseq_distill.errors import DistillError
-from fairseq_distill.translators import BACKENDS, DecodingOptions, build_translator, translate_lines
+from fairseq_distill.textfiles import ERRORS, read_lines
+from fairseq_distill.translators import (BACKENDS, DecodingOptions, build_translator, join_output_lines,
+                                         translate_lines)
 
 
 def build_parser():
@@ -28,38 +34,42 @@ def build_parser():
     p.add_argument("--max-len-a", type=float, default=1.2)
     p.add_argument("--max-len-b", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    p.add_argument("--errors", choices=ERRORS, default="strict",
+                   help="invalid UTF-8 in the input: strict (default) stops with the line; replace reads "
+                        "each invalid byte sequence as U+FFFD, with a warning")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
 
-def read_input(path):
-    if path == "-":
-        return sys.stdin.read().splitlines()
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
-    except OSError as e:
-        raise DistillError(f"cannot read input '{path}': {e.strerror}") from e
+def warn(message):
+    print(f"[translate] warning: {message}", file=sys.stderr)
+
+
+def translate(args):
+    lines = read_lines(args.input, args.errors, warn, what="input ")
+    options = DecodingOptions(args.beam, args.lenpen, args.max_len_a, args.max_len_b)
+    translator, segmenter = build_translator(args.backend, options, args.checkpoint, args.data_bin,
+                                             args.model_dir)
+    run = translate_lines(lines, translator, segmenter, args.batch_size, progress=not args.quiet)
+    # bytes, not text: the output is UTF-8 whatever the locale, with "\n" line ends only
+    data = join_output_lines(run.outputs).encode("utf-8")
+    if args.output == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    else:
+        try:
+            with open(args.output, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            raise DistillError(f"cannot write output '{args.output}': {e.strerror}") from e
+    print(f"[translate] {run.sentences} sentences ({len(lines) - run.sentences} empty), "
+          f"{run.tokens_per_second:.0f} tokens/s, {len(run.truncated)} truncated", file=sys.stderr)
+    return run
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    try:
-        lines = read_input(args.input)
-        options = DecodingOptions(args.beam, args.lenpen, args.max_len_a, args.max_len_b)
-        translator, segmenter = build_translator(args.backend, options, args.checkpoint, args.data_bin,
-                                                 args.model_dir)
-        run = translate_lines(lines, translator, segmenter, args.batch_size, progress=not args.quiet)
-    except DistillError as e:
-        sys.exit(f"translate: error: {e}")
-    text = "".join(line + "\n" for line in run.outputs)
-    if args.output == "-":
-        sys.stdout.write(text)
-    else:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    print(f"[translate] {run.sentences} sentences ({len(lines) - run.sentences} empty), "
-          f"{run.tokens_per_second:.0f} tokens/s, {len(run.truncated)} truncated", file=sys.stderr)
+    run_cli("translate", lambda: translate(args))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,85 @@
+"""Reading one-sentence-per-line text the way ``wc -l`` counts it.
+
+A line ends at ``\\n`` (a ``\\r\\n`` ending counts as one line end) and nowhere else: a bare
+``\\r``, U+2028, U+0085, form feeds and the like inside a line are content.
+``str.splitlines()`` and Python's universal-newline mode both break lines at some of those
+too, which silently misaligns a parallel corpus or a translation with its input.
+A last line without a trailing newline still counts as a line.
+
+Text is UTF-8. Invalid bytes are an error naming the file and line, unless the caller asks
+for ``errors="replace"``, which puts U+FFFD in their place.
+"""
+import gzip
+import sys
+import zlib
+from typing import List
+
+from fairseq_distill.errors import DistillError
+
+ERRORS = ("strict", "replace")
+STDIN = "-"
+
+
+def describe(path: str) -> str:
+    return "standard input" if path == STDIN else path
+
+
+def read_bytes(path: str, what: str = "") -> bytes:
+    """The file's bytes (decompressed for ``.gz``); ``-`` is standard input. ``what`` names
+    the file's role in the message when it cannot be read (e.g. "input ")."""
+    if path == STDIN:
+        return sys.stdin.buffer.read()
+    try:
+        if path.endswith(".gz"):
+            with gzip.open(path, "rb") as f:
+                return f.read()
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        if isinstance(e, gzip.BadGzipFile):
+            raise DistillError(f"{path} is not a valid gzip file ({e}); give it uncompressed "
+                               f"without the .gz ending, or compress it again with gzip") from e
+        raise DistillError(f"cannot read {what}'{path}': {e.strerror or e}") from e
+    except EOFError as e:
+        raise DistillError(f"{path} is a truncated gzip file: it ends before its compressed "
+                           f"stream does (an interrupted download or copy?); `gzip -t {path}` "
+                           f"confirms it; fetch or compress it again") from e
+    except zlib.error as e:
+        raise DistillError(f"{path} is a corrupt gzip file ({e}); `gzip -t {path}` confirms it; "
+                           f"fetch or compress it again") from e
+
+
+def split_lines(data: bytes, path: str = STDIN, errors: str = "strict", warn=None) -> List[str]:
+    """Decode UTF-8 ``data`` and split it into lines at ``\\n`` only (see the module docstring).
+
+    With ``errors="replace"``, ``warn`` (if given) is called once with a message naming the
+    first line that had invalid bytes."""
+    if errors not in ERRORS:
+        raise DistillError(f"unknown --errors '{errors}'; choose one of {', '.join(ERRORS)}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        # b"\n" never occurs inside a multi-byte UTF-8 sequence, so counting it up to the
+        # bad byte gives the line the bad byte is on
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        bad = data[e.start:e.end].hex(" ")
+        if errors == "strict":
+            raise DistillError(
+                f"{describe(path)}: line {line} is not valid UTF-8 (byte {column} of the line: "
+                f"{bad}); convert the file to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8), or pass "
+                f"--errors replace to read invalid bytes as U+FFFD") from e
+        text = data.decode("utf-8", "replace")
+        if warn is not None:
+            warn(f"{describe(path)}: invalid UTF-8 replaced by U+FFFD (first at line {line})")
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the newline that ends the last line does not start another
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def read_lines(path: str, errors: str = "strict", warn=None, what: str = "") -> List[str]:
+    """The lines of a UTF-8 text file (``.gz`` decompressed, ``-`` standard input)."""
+    return split_lines(read_bytes(path, what), path, errors, warn)

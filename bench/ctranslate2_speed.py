@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 from fairseq_distill.evaluation import backends_table, evaluate_backends  # noqa: E402
 from fairseq_distill.ctranslate2_export import export_ctranslate2  # noqa: E402
-from fairseq_distill.recipe import finished_recipe  # noqa: E402
+from bench.runner.execute import finished_recipe  # noqa: E402
 from fairseq_distill.translators import DecodingOptions  # noqa: E402
 from analysis import is_current, made_from  # noqa: E402
 

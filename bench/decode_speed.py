@@ -20,7 +20,8 @@ sys.path.insert(0, REPO)
 import torch  # noqa: E402
 
 from fairseq_distill.evaluation import evaluate  # noqa: E402
-from fairseq_distill.recipe import finished_recipe  # noqa: E402
+from bench.runner.config import evaluation_settings  # noqa: E402
+from bench.runner.execute import finished_recipe  # noqa: E402
 from analysis import is_current, made_from  # noqa: E402
 
 
@@ -43,7 +44,7 @@ def main(argv=None):
     if missing:
         sys.exit(f"decode_speed: error: runs {missing} are not trained in {recipe.workdir}; "
                  f"trained: {trained}")
-    batch_size = recipe.cfg.get("eval", {}).get("batch-size", 128)
+    batch_size = evaluation_settings(recipe.cfg)["batch-size"]
     inputs = made_from(recipe, runs, reference=args.reference, beams=args.beams, repeats=args.repeats,
                        batch_size=batch_size)
     stem = os.path.join(args.results, f"{recipe.name}_decode_speed")

@@ -16,7 +16,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from fairseq_distill.cli.evaluate_depths import evaluate_depths  # noqa: E402
-from fairseq_distill.recipe import finished_recipe  # noqa: E402
+from bench.runner.config import evaluation_settings  # noqa: E402
+from bench.runner.execute import finished_recipe  # noqa: E402
 from analysis import is_current, made_from  # noqa: E402
 
 
@@ -45,7 +46,7 @@ def main(argv=None):
     p.add_argument("--force", action="store_true", help="evaluate even if the results are current")
     args = p.parse_args(argv)
     recipe = finished_recipe(args.config, args.workdir)
-    batch = recipe.cfg.get("eval", {}).get("batch-size", 128)
+    batch = evaluation_settings(recipe.cfg)["batch-size"]
     inputs = made_from(recipe, recipe.trained_runs(), beam=args.beam, batch_size=batch)
     stem = os.path.join(args.results, f"{recipe.name}_grid")
     if is_current(stem + ".json", inputs, args.force):

@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from fairseq_distill.cli import a2d_heatmap, alp_heatmap  # noqa: E402
-from fairseq_distill.recipe import finished_recipe  # noqa: E402
+from bench.runner.execute import finished_recipe  # noqa: E402
 
 PLOTTERS = {"alp_kd": alp_heatmap.main, "a2d": a2d_heatmap.main}
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every benchmark, in order of dependence, each recipe followed by its analyses; finished
-# steps (local, or committed rows in bench/results) are skipped, so rerunning continues
-# where the last run stopped (an interrupted training resumes from its last checkpoint).
+# steps are skipped, so rerunning continues where the last run stopped (an interrupted
+# training resumes from its last checkpoint). Finished steps are those in the work dir and,
+# opted in here with --reuse-committed, the committed rows of bench/results whose cache key
+# still matches: without them a session that lacks the work dir would retrain every row.
 # An analysis whose results were made from the same runs and options is not redone
 # (bench/analysis.py; --force on a script redoes it).
 #   WORKDIR=dir   where data and checkpoints go (default ~/.cache/fairseq_distill/bench)
@@ -10,7 +12,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 W=${WORKDIR:-$HOME/.cache/fairseq_distill/bench}
 PY=.venv/bin/python
-recipe() { $PY bench/run.py "configs/$1.yaml" --workdir "$W"; }
+recipe() { $PY bench/run.py "configs/$1.yaml" --workdir "$W" --reuse-committed; }
 
 recipe foundation
 $PY bench/ctranslate2_speed.py configs/foundation.yaml --workdir "$W"

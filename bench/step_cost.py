@@ -30,7 +30,9 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
 from fairseq.trainer import Trainer  # noqa: E402
 
 import fairseq_distill  # noqa: E402,F401
-from fairseq_distill.recipe import HEAP_MALLOC, finished_recipe, flags  # noqa: E402
+from bench.runner.execute import finished_recipe  # noqa: E402
+from bench.runner.host import HEAP_MALLOC  # noqa: E402
+from bench.runner.plan import flags  # noqa: E402
 from analysis import is_current, made_from  # noqa: E402
 
 

@@ -1,13 +1,43 @@
-"""The recipe runner behind the demo and the benchmarks: results, table, cache."""
+"""The recipe runner behind the demo and the benchmarks (bench/run.py, bench/runner/):
+results, table, cache, the commands it runs, what it shows."""
+import glob
 import json
 import os
 import re
+import shlex
+import sys
 
 import pytest
 import torch
 import yaml
 
-from conftest import python_module, run, tiny_recipe
+from conftest import REPO, run, tiny_recipe
+
+sys.path.insert(0, REPO)  # the runner lives in the checkout's bench/, not in the package
+
+
+def recipe_cmd(config, *args):
+    return [sys.executable, os.path.join(REPO, "bench", "run.py"), str(config), *args]
+
+
+def step_logs(workdir) -> str:
+    """Every step's full log: the tools' output the runner keeps out of the terminal."""
+    return "".join(open(p, encoding="utf-8").read() for p in sorted(glob.glob(f"{workdir}/runs/*/step.log")))
+
+
+def printed_blocks(printed: str) -> dict:
+    """step name -> its argv lists, from the output of --print-commands."""
+    blocks = dict(re.findall(r"\n# step (\S+)\n(.*?)(?=\n\n|\Z)", printed, re.S))
+    return {name: [shlex.split(line) for line in block.strip().split("\n")] for name, block in blocks.items()}
+
+
+def executed(workdir) -> dict:
+    """step name -> the argv lists the runner executed for it (kept in its record)."""
+    found = {}
+    for path in glob.glob(f"{workdir}/runs/*/record.json"):
+        record = json.load(open(path))
+        found[record["name"]] = record["commands"]
+    return found
 
 TINY = {"encoder-layers": 1, "decoder-layers": 1, "encoder-embed-dim": 16, "decoder-embed-dim": 16,
         "encoder-ffn-embed-dim": 32, "decoder-ffn-embed-dim": 32, "encoder-attention-heads": 2,
@@ -22,10 +52,14 @@ def test_recipe_runs_caches_and_reports(tmp_path):
         {"name": "student-seqkd-wordkd", "model": "student", "data": "seqkd-data",
          "teacher": "teacher", "criterion": "word_kd", "criterion-args": {"kd-weight": 0.5}},
     ])
-    cmd = python_module("fairseq_distill.recipe", str(config), "--workdir", str(tmp_path / "work"),
-                        "--results", str(tmp_path / "results"))
+    cmd = recipe_cmd(config, "--workdir", str(tmp_path / "work"), "--results", str(tmp_path / "results"))
     out = run(cmd).stdout
     assert "kd_loss" in out  # fairseq's progress output is shown
+    # one line per epoch of each training step (not a terminal: no in-place updates), with its losses
+    assert re.search(r"\[3/3\] student-seqkd-wordkd: epoch 1: loss [\d.]+, .*kd_loss [\d.]+; valid loss [\d.]+", out), out
+    assert "INFO" not in out and "Warning" not in out  # the tools' full output is in the step logs
+    assert "| 1+1, 16, 32 |" in out and "student-seqkd-wordkd: " in out and "/model.pt" in out  # table, checkpoints
+    assert "fairseq_cli.train" in step_logs(tmp_path / "work")
 
     results = json.load(open(tmp_path / "results" / "tiny.json"))
     rows = {r["name"]: r for r in results["rows"]}
@@ -68,8 +102,8 @@ def test_recipe_gpkd_pipeline_and_two_stage_training(tmp_path):
         {"name": "teacher-finetuned", "model": "teacher", "finetune": "teacher-skip",
          "train": {"max-update": 2}},
     ], n_train=200, **{"max-update": 4})
-    out = run(python_module("fairseq_distill.recipe", str(config), "--workdir", str(tmp_path / "work"),
-                            "--results", str(tmp_path / "results"))).stdout
+    out = run(recipe_cmd(config, "--workdir", str(tmp_path / "work"), "--results", str(tmp_path / "results"))).stdout
+    out += step_logs(tmp_path / "work")  # the tools' output
     # stage 2 starts from stage 1's last checkpoint: its update count goes on from 4 to 7
     assert re.search(r"--restore-file \S+/teacher-\w+/checkpoints/checkpoint_last\.pt --reset-dataloader "
                      r"--reset-meters", out)
@@ -94,16 +128,19 @@ def test_recipe_gpkd_pipeline_and_two_stage_training(tmp_path):
         assert rows[name]["train_seconds"] == pytest.approx(own, abs=0.06), name
 
     # --print-commands shows, without running anything, exactly what the runner ran
-    printed = run(python_module("fairseq_distill.recipe", str(config), "--workdir", str(tmp_path / "work"),
-                                "--print-commands")).stdout
+    printed = run(recipe_cmd(config, "--workdir", str(tmp_path / "work"), "--print-commands")).stdout
     blocks = dict(re.findall(r"\n# step (\S+)\n(.*?)(?=\n\n|\Z)", printed, re.S))
     assert list(blocks) == ["teacher", "teacher-skip", "seqkd-data", "student-gpkd", "teacher-finetuned"]
+    # one source of truth: the runner executed exactly the argv lists it prints, step by step
+    assert executed(tmp_path / "work") == printed_blocks(printed)
     for name in ("teacher", "teacher-skip", "student-gpkd", "teacher-finetuned"):
         train_line = [line for line in blocks[name].split("\n") if line.startswith("fairseq-train ")]
         assert len(train_line) == 1, blocks[name]
         stepdir = os.path.dirname(os.path.dirname(rows[name]["training_checkpoint"]))
-        ran = open(os.path.join(stepdir, "train.log")).readline().split()
-        assert ran[1:3] == ["-m", "fairseq_cli.train"] and ran[3:] == train_line[0].split()[1:], name
+        log = open(os.path.join(stepdir, "step.log")).read().split("\n")
+        ran = log[log.index("$ " + train_line[0]) + 1].split()
+        assert ran[:2] == ["#", "run"] and ran[4:6] == ["-m", "fairseq_cli.train"], name
+        assert shlex.split(" ".join(ran[6:])) == shlex.split(train_line[0])[1:], name
     extraction = blocks["student-gpkd"].split("\n")[0].split()
     assert extraction[0] == "fsd-extract-student" and extraction[1] == rows["teacher"]["checkpoint"]
     assert extraction[3:] == ["--encoder-keep", "top", "--decoder-keep", "top", "--seed", "1"]
@@ -115,14 +152,13 @@ def test_recipe_gpkd_pipeline_and_two_stage_training(tmp_path):
     assert evaluate.split()[:2] == ["fsd-evaluate", rows["student-gpkd"]["checkpoint"]]
     assert "--beam 1 --batch-size 64" in evaluate  # the recipe's eval settings
     # printing prepares and writes nothing
-    run(python_module("fairseq_distill.recipe", str(config), "--workdir", str(tmp_path / "fresh"),
-                      "--print-commands"))
+    run(recipe_cmd(config, "--workdir", str(tmp_path / "fresh"), "--print-commands"))
     assert not os.path.exists(tmp_path / "fresh")
 
 
 def test_extends_inherits_settings_merges_models_and_selects_base_steps(tmp_path):
     from fairseq_distill.errors import DistillError
-    from fairseq_distill.recipe import load_recipe
+    from bench.runner.config import load_recipe
     import pytest
 
     base = {"name": "base", "seed": 3, "train": {"lr": 0.1}, "models": {"teacher": {"a": 1}, "student": {"b": 2}},
@@ -144,7 +180,8 @@ def test_extends_inherits_settings_merges_models_and_selects_base_steps(tmp_path
 
 
 def test_table_marks_rows_trained_under_another_speed_setup():
-    from fairseq_distill.recipe import SPEED_SETUP, markdown_table
+    from bench.runner.host import SPEED_SETUP
+    from bench.runner.results import markdown_table
 
     row = {"name": "old", "shape": {"encoder-layers": 2, "decoder-layers": 2, "encoder-embed-dim": 64,
                                     "encoder-ffn-embed-dim": 256},
@@ -162,7 +199,7 @@ def test_table_marks_rows_trained_under_another_speed_setup():
 def test_table_marks_rows_made_from_another_run_of_their_teacher():
     """A retrained teacher (same recipe and seed, other weights) does not silently pair with
     rows that were trained against its earlier run."""
-    from fairseq_distill.recipe import markdown_table
+    from bench.runner.results import markdown_table
 
     shape = {"encoder-layers": 2, "decoder-layers": 2, "encoder-embed-dim": 64, "encoder-ffn-embed-dim": 256}
     base = {"shape": shape, "parameters": 750000, "data": "original", "epochs": 10, "updates": 1350,
@@ -194,20 +231,15 @@ def test_a_recipes_own_committed_table_wins_over_another_tables_row(tmp_path):
     teacher one recipe retrained: the recipe reuses the row of its own table."""
     import json
 
-    from fairseq_distill.recipe import Recipe
+    from bench.runner.records import committed_rows
 
-    config = tmp_path / "mine.yaml"
-    config.write_text("name: mine\ndata: {corpus: multi30k}\nmodels: {m: {arch: transformer}}\n"
-                      "steps:\n  - {name: teacher, model: m}\n  - {name: other, model: m}\n")
     rows = {"a.json": 37.03, "mine.json": 37.11, "z.json": 36.0}
     for file, bleu in rows.items():
         (tmp_path / file).write_text(json.dumps({"rows": [{"name": "teacher", "key": "k1", "bleu": bleu},
                                                           {"name": "other", "key": "stale", "bleu": 1.0}]}))
     paths = [str(tmp_path / f) for f in sorted(rows)]
     for order in (paths, paths[::-1]):
-        recipe = Recipe(str(config), str(tmp_path / "work"), None, reuse=order)
-        recipe.keys = {"teacher": "k1", "other": "k2"}
-        found = recipe.committed_rows()
+        found = committed_rows(order, {"teacher": "k1", "other": "k2"}, "mine")
         assert found["teacher"]["bleu"] == 37.11
         assert "other" not in found  # a key that does not match is not reused
 
@@ -219,9 +251,8 @@ def test_switching_the_evaluated_checkpoint_reevaluates_without_retraining(tmp_p
     # *highest* validation loss, an early one while the loss falls
     config = tiny_recipe(tmp_path, "select", {"teacher": TINY}, [{"name": "teacher", "model": "teacher"}],
                          n_train=60, **{"best-checkpoint-metric": "loss", "maximize-best-checkpoint-metric": True})
-    cmd = python_module("fairseq_distill.recipe", str(config), "--workdir", str(tmp_path / "work"),
-                        "--results", str(tmp_path / "results"))
-    out = run(cmd).stdout
+    cmd = recipe_cmd(config, "--workdir", str(tmp_path / "work"), "--results", str(tmp_path / "results"))
+    out = run(cmd).stdout + step_logs(tmp_path / "work")
     losses = [float(v) for v in re.findall(r"valid on 'valid' subset \| loss ([\d.]+)", out)]
     assert len(losses) >= 2 and losses[-1] < max(losses), out  # so checkpoint_best.pt is not the last
     first = json.load(open(tmp_path / "results" / "select.json"))["rows"][0]
@@ -230,8 +261,10 @@ def test_switching_the_evaluated_checkpoint_reevaluates_without_retraining(tmp_p
     cfg = yaml.safe_load(config.read_text())
     cfg["eval"]["checkpoint"] = "last"
     config.write_text(yaml.safe_dump(cfg))
+    trained = step_logs(tmp_path / "work").count("fairseq_cli.train")
     again = run(cmd).stdout
     assert "fairseq_cli.train" not in again and "teacher: evaluating checkpoint_last.pt" in again
+    assert step_logs(tmp_path / "work").count("fairseq_cli.train") == trained  # nothing trained again
     row = json.load(open(tmp_path / "results" / "select.json"))["rows"][0]
     assert row["evaluated_checkpoint"] == "last" and row["updates"] == 6 and row["key"] == first["key"]
     assert row["run"] != first["run"]  # another model was exported
@@ -245,3 +278,29 @@ def test_switching_the_evaluated_checkpoint_reevaluates_without_retraining(tmp_p
     config.write_text(yaml.safe_dump(cfg))
     bad = run(cmd, check=False)
     assert bad.returncode != 0 and "eval checkpoint 'newest' is not one of 'best', 'last'" in bad.stdout
+
+
+# the demo's step keys when the runner lived in fairseq_distill/recipe.py (the demo has no
+# committed results to compare with): existing work/demo directories stay recognised
+DEMO_KEYS = {"teacher": "dda9ff0456", "seqkd-data": "aae9b508d2", "student": "a56220d4c7",
+             "student-wordkd": "fe960c497e", "student-seqkd-wordkd": "bea67a7cd3"}
+
+
+def test_cache_keys_recognise_the_committed_results_and_existing_work_dirs():
+    """Every row of the committed results is found again by its recipe's step key: a change
+    of how keys are computed would make the runner retrain (and not reuse) all of them."""
+    from bench.runner.config import load_checked
+    from bench.runner.plan import Plan
+
+    checked = 0
+    for config in sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml"))):
+        plan = Plan(load_checked(config), config, "/nonexistent")
+        results = os.path.join(REPO, "bench", "results", f"{plan.name}.json")
+        if plan.name == "demo":
+            assert plan.keys == DEMO_KEYS
+            continue
+        meta = json.load(open(results))
+        for row in meta["rows"] + meta["seqkd"]:
+            assert plan.keys[row["name"]] == row["key"], (config, row["name"])
+            checked += 1
+    assert checked >= 48

@@ -1,0 +1,255 @@
+"""Running a recipe: the plan's argv lists, step by step, with caching and resumption.
+
+A step is done if its directory holds a record, or, when asked (``reuse``), if committed
+results hold a row with the same step name and key; a done step is rerun only when a step
+that must run needs its files (a teacher checkpoint, seq-KD data). An interrupted training
+run resumes: fairseq-train continues from ``checkpoint_last.pt`` in the same directory.
+Every command runs through the runner's own interpreter (so it needs no PATH), its whole
+output appended to the step's log file (``step.log`` in its directory).
+"""
+import os
+import shlex
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+from .config import dependencies, load_checked
+from .host import HEAP_MALLOC
+from .plan import REPO, Plan
+from .progress import Terminal, TrainingProgress, duration
+from . import records
+from .records import run_fingerprint, stale_evaluation
+from .results import write_results
+
+# the installed tools a plan names, and the modules they are started from
+TOOL_MODULES = {
+    "fairseq-train": "fairseq_cli.train",
+    "fsd-prepare-corpus": "fairseq_distill.cli.prepare_corpus",
+    "fsd-extract-student": "fairseq_distill.cli.extract_student",
+    "fsd-export-student": "fairseq_distill.cli.export_student",
+    "fsd-evaluate": "fairseq_distill.cli.evaluate",
+    "fsd-seqkd": "fairseq_distill.cli.seqkd",
+}
+LOG_NAME = "step.log"
+
+
+class StepFailed(Exception):
+    def __init__(self, label: str, argv: List[str], code: int, log_path: str):
+        super().__init__(f"{label}: {argv[0]} failed (exit status {code})")
+        self.log_path = log_path
+
+
+def runnable(argv: List[str]) -> List[str]:
+    return [sys.executable, "-m", TOOL_MODULES[argv[0]], *argv[1:]]
+
+
+def run_tool(argv: List[str], label: str, log_path: str, on_line=None) -> None:
+    """Run one planned argv list, its output appended to ``log_path`` (and each line passed to
+    ``on_line``). Training runs get the heap set-up of :data:`host.HEAP_MALLOC`."""
+    env = {**(HEAP_MALLOC if argv[0] == "fairseq-train" else {}), **os.environ,
+           # a pipe would otherwise hold the tools' progress back for minutes
+           "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"$ {shlex.join(argv)}\n# run as: {shlex.join(runnable(argv))}\n")
+        log.flush()
+        proc = subprocess.Popen(runnable(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                encoding="utf-8", errors="replace", env=env)
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            if on_line:
+                on_line(line)
+        code = proc.wait()
+    if code != 0:
+        raise StepFailed(label, argv, code, log_path)
+
+
+class Runner:
+    """A recipe's plan, its finished steps (``done``: step name -> record) and how to run the rest."""
+
+    def __init__(self, config: str, workdir: str, results: Optional[str] = None, only=None, reuse=(),
+                 terminal: Optional[Terminal] = None):
+        self.path = config
+        self.cfg = load_checked(config)
+        self.plan = Plan(self.cfg, config, workdir)
+        self.name, self.workdir, self.keys = self.plan.name, self.plan.workdir, self.plan.keys
+        self.data_bin = self.plan.data_bin
+        self.results_dir = results
+        self.only = only
+        self.reuse = list(reuse or ())  # results JSON files whose rows count as done
+        self.terminal = terminal or Terminal()
+        self.done: Dict[str, dict] = {}
+
+    # -- what the analyses use ------------------------------------------------------------
+
+    def step_dir(self, step) -> str:
+        return self.plan.step_dir(step)
+
+    def train_options(self, step, save_dir=None) -> dict:
+        return self.plan.train_options(step, save_dir)
+
+    def trained_runs(self) -> List[str]:
+        """Names of the finished training steps, in recipe order."""
+        return [s["name"] for s in self.cfg["steps"] if self.done.get(s["name"], {}).get("kind") == "train"]
+
+    def load_finished(self) -> None:
+        """Pick up every finished step in the work dir, running nothing."""
+        self.done = records.local_records(self.plan)
+
+    # -- printing and running ---------------------------------------------------------------
+
+    def print_commands(self) -> None:
+        """Print every selected step as shell commands, running nothing: the recipe as a
+        script that stock fairseq plus this package's tools would run by hand."""
+        print(f"# {self.path}: each step as it runs on its first launch")
+        print(shlex.join(self.plan.prepare_command()))
+        for step in self.plan.selected_steps(self.only):
+            print(f"\n# step {step['name']}")
+            for argv in self.plan.commands(step):
+                print(shlex.join(argv))
+
+    def say(self, text: str) -> None:
+        self.terminal.say(text)
+
+    def prepare_data(self) -> None:
+        argv = self.plan.prepare_command()
+        log_path = self.plan.data_dir + ".log"
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        ready = os.path.isdir(self.plan.data_bin)
+        started = time.time()
+        if not ready:
+            self.say(f"[data] preparing {self.plan.data_dir} (log: {log_path})")
+        run_tool(argv, "data", log_path)
+        if not ready:
+            self.say(f"[data] prepared in {duration(time.time() - started)}")
+
+    def run(self) -> List[dict]:
+        """Run what is missing, write the results, and return the rows."""
+        plan = self.plan
+        selected = plan.selected_steps(self.only)
+        names = {s["name"] for s in selected}
+        self.say(f"recipe {self.name}: {len(selected)} steps in {self.workdir} "
+                 f"(each step's full output: {LOG_NAME} in its directory)")
+        self.prepare_data()
+        local = records.local_records(plan)
+        committed = {n: r for n, r in records.committed_rows(self.reuse, plan.keys, plan.name).items()
+                     if not stale_evaluation(r, plan.evaluated_checkpoint)}
+        number = {s["name"]: i for i, s in enumerate(selected, 1)}
+        must_run = {n for n in names if n not in local and n not in committed}
+        for step in reversed(plan.steps):  # a step that runs needs its dependencies' files here
+            if step["name"] in must_run:
+                must_run.update(d for d in dependencies(step) if d not in local)
+        for step in plan.steps:
+            name = step["name"]
+            if name not in names:
+                # not run now, but a finished step keeps its row in the results
+                if name in local or name in committed:
+                    self.done[name] = local.get(name) or committed[name]
+                continue
+            label = f"[{number[name]}/{len(selected)}] {name}"
+            if name in local:
+                if stale_evaluation(local[name], plan.evaluated_checkpoint):
+                    local[name] = self.reevaluate(step, local[name], label)
+                self.done[name] = local[name]
+                self.say(f"{label}: cached ({plan.step_dir(step)})")
+                continue
+            if name not in must_run:
+                self.done[name] = committed[name]
+                self.say(f"{label}: taken from the committed results (key {plan.keys[name]})")
+                continue
+            record = self.run_step(step, label)
+            if name in committed:
+                # rerun only for its files: say whether it reproduced the committed result
+                before, after = committed[name].get("bleu"), record.get("bleu")
+                record["reproduces_committed"] = before == after
+                record["committed_bleu"] = before
+                if before != after:
+                    self.say(f"WARNING: {name} reran with BLEU {after}, the committed results say "
+                             f"{before}; rows from the two runs do not share this step")
+            records.save(plan, step, record)
+            self.done[name] = record
+            self.write_results()  # a long benchmark keeps what it has finished
+        table = self.write_results()
+        self.say("\n" + table + "\n")
+        self.say_where()
+        return [r for r in self.done.values() if r["kind"] == "train"]
+
+    def write_results(self) -> str:
+        return write_results(self.results_dir, self.name, self.path, self.plan.evaluated_checkpoint,
+                             self.cfg["steps"], self.done)
+
+    def say_where(self) -> None:
+        trained = [(n, r["checkpoint"]) for n, r in self.done.items() if r["kind"] == "train"]
+        if trained:
+            self.say("decoding checkpoints (stock fairseq loads them):")
+            for name, path in trained:
+                self.say(f"  {name}: {os.path.relpath(path) if path.startswith(REPO) else path}")
+        if self.results_dir:
+            self.say(f"results: {os.path.join(self.results_dir, self.name)}.json and .md")
+
+    def run_step(self, step, label: str) -> dict:
+        plan = self.plan
+        stepdir = plan.step_dir(step)
+        os.makedirs(stepdir, exist_ok=True)
+        log_path = os.path.join(stepdir, LOG_NAME)
+        started = time.time()
+        if "seqkd" in step:
+            commands = plan.commands(step)
+            self.say(f"{label}: the teacher translates the training set (log: {log_path})")
+            for argv in commands:
+                run_tool(argv, label, log_path)
+            record = records.seqkd_record(plan, step, time.time() - started)
+            self.say(f"{label}: done in {duration(time.time() - started)}: {record['kept']:,} sentence pairs")
+        else:
+            first_launch = plan.is_first_launch(step)
+            commands = plan.commands(step, first_launch)
+            options = plan.train_options(step)
+            budget = (f"{options['max-epoch']} epochs" if options.get("max-epoch")
+                      else f"{options['max-update']} updates" if options.get("max-update") else "")
+            how = "training" if first_launch else "resuming its training from checkpoint_last.pt"
+            self.say(f"{label}: {how}{', ' + budget if budget else ''} (log: {log_path})")
+            for argv in commands:
+                follow = TrainingProgress(self.terminal, label, options.get("max-epoch")) \
+                    if argv[0] == "fairseq-train" else None
+                if argv[0] == "fsd-evaluate":
+                    self.terminal.update(f"{label}: evaluating on the test set")
+                run_tool(argv, label, log_path, follow)
+            record = records.training_record(plan, step)
+            self.say(f"{label}: done in {duration(time.time() - started)}: BLEU {record['bleu']:.2f}, "
+                     f"{record['tokens_per_second']:.0f} tokens/s")
+        record.update({"name": step["name"], "key": plan.keys[step["name"]], "run": run_fingerprint(record),
+                       # which runs of its dependencies this one was made from
+                       "uses": records.uses(dependencies(step), self.done),
+                       # the argv lists this session ran to finish the step
+                       "commands": commands})
+        return record
+
+    def reevaluate(self, step, record, label) -> dict:
+        """A finished run's record for the checkpoint the recipe now evaluates. Re-exported and
+        re-evaluated only if that checkpoint holds another model (best and last are often the
+        same update); the run is not retrained, and its run fingerprint follows the export."""
+        plan = self.plan
+        which = plan.evaluated_checkpoint
+        if records.evaluated_updates(plan, step) == record["updates"]:
+            record = {**record, "evaluated_checkpoint": which}
+        else:
+            self.say(f"{label}: evaluating checkpoint_{which}.pt (its record evaluated "
+                     f"checkpoint_{record.get('evaluated_checkpoint', 'best')}.pt)")
+            commands = plan.evaluation_commands(step)
+            for argv in commands:
+                run_tool(argv, label, os.path.join(plan.step_dir(step), LOG_NAME))
+            fresh = records.training_record(plan, step)
+            record = {**record, **fresh, "run": run_fingerprint(fresh),
+                      "commands": record.get("commands", []) + commands}
+        records.save(plan, step, record)
+        return record
+
+
+def finished_recipe(config: str, workdir=None) -> Runner:
+    """A recipe with its finished steps loaded and nothing run (for analysis and benchmarks);
+    ``workdir`` defaults to the runner's, ``work/<config name>``."""
+    name = os.path.splitext(os.path.basename(config))[0]
+    recipe = Runner(config, workdir or os.path.join(REPO, "work", name))
+    recipe.load_finished()
+    return recipe

@@ -1,0 +1,153 @@
+"""A finished step's record: what it made and how, read from its files after it ran.
+
+Records are kept in the step's directory (``record.json``), the runner's cache; the results
+tables are written from them. A record also names its run (a fingerprint of what the step
+produced) and the runs of the steps it used, so that a table can tell when two of its rows
+were made from different runs of one step (e.g. a retrained teacher).
+"""
+import glob
+import hashlib
+import json
+import os
+from typing import Dict, Iterable
+
+import torch
+
+from .config import dependencies
+from .host import SPEED_SETUP, cpu_model
+from .plan import Plan
+
+
+def completed_epochs(iterator_state) -> int:
+    """fairseq saves the iterator at the end of epoch n as (epoch n+1, 0 iterations in it)."""
+    return iterator_state["epoch"] - (1 if iterator_state.get("iterations_in_epoch", 0) == 0 else 0)
+
+
+def own_training_seconds(plan: Plan, step, last) -> float:
+    """This step's training wall time. fairseq carries its cumulative training time across
+    resumes in the checkpoints, but also from the checkpoint a run starts from (even with
+    --finetune-from-model), so that run's time is taken off."""
+    start = plan.start_checkpoint(step)
+    before = 0.0
+    if start:
+        state = torch.load(start, map_location="cpu", weights_only=False)
+        before = (state.get("extra_state") or {}).get("previous_training_time", 0.0)
+    return last["extra_state"]["previous_training_time"] - before
+
+
+def training_record(plan: Plan, step) -> dict:
+    """The record of a training run whose evaluation commands have run."""
+    planned = plan.planned_record(step)
+    options = plan.train_options(step)
+    exported = torch.load(planned["checkpoint"], map_location="cpu", weights_only=False)
+    last = torch.load(planned["training_checkpoint"], map_location="cpu", weights_only=False)
+    with open(plan.evaluation_json(step)) as f:
+        result = json.load(f)
+    return {
+        "kind": "train",
+        "checkpoint": planned["checkpoint"],
+        "training_checkpoint": planned["training_checkpoint"],
+        "model": step["model"],
+        "init": step.get("init"),
+        "continues": step.get("continue"),
+        "finetunes": step.get("finetune"),
+        "shape": {k: options.get(k) for k in ("arch", "encoder-layers", "decoder-layers",
+                                              "encoder-embed-dim", "encoder-ffn-embed-dim")},
+        "criterion": options["criterion"],
+        "criterion_args": step.get("criterion-args", {}),
+        "teacher": step.get("teacher"),
+        "data": step.get("data") or "original",
+        "parameters": result["parameters"],
+        "evaluated_checkpoint": plan.evaluated_checkpoint,
+        "updates": exported["optimizer_history"][-1]["num_updates"],
+        "epochs": completed_epochs(last["extra_state"]["train_iterator"]),
+        "train_seconds": round(own_training_seconds(plan, step, last), 1),
+        "bleu": result["bleu"],
+        "bleu_signature": result["bleu_signature"],
+        "tokens_per_second": result["tokens_per_second"],
+        "sentences_per_second": result["sentences_per_second"],
+        "beam": result["beam"],
+        "speed_setup": SPEED_SETUP,
+        "cpu": cpu_model(),
+    }
+
+
+def seqkd_record(plan: Plan, step, wall_seconds: float) -> dict:
+    out = plan.planned_record(step)["data_bin"]
+    with open(os.path.join(out, "seqkd_summary.json")) as f:
+        summary = json.load(f)
+    return {"kind": "seqkd", "data_bin": out, "wall_seconds": round(wall_seconds, 1), "cpu": cpu_model(), **summary}
+
+
+def evaluated_updates(plan: Plan, step) -> int:
+    """The update count of the checkpoint the recipe evaluates."""
+    state = torch.load(plan.evaluated_checkpoint_path(step), map_location="cpu", weights_only=False)
+    return state["optimizer_history"][-1]["num_updates"]
+
+
+def stale_evaluation(record, evaluated_checkpoint: str) -> bool:
+    """A finished training run whose record evaluated another checkpoint than the recipe asks for."""
+    return record["kind"] == "train" and record.get("evaluated_checkpoint", "best") != evaluated_checkpoint
+
+
+def run_fingerprint(record) -> str:
+    """A short hash of what a finished step produced (its decoding checkpoint, or its seq-KD
+    training data): two runs of the same step with different results differ in it."""
+    if record["kind"] == "train":
+        paths = [record["checkpoint"]]
+    else:
+        paths = sorted(glob.glob(os.path.join(record["data_bin"], "train.*")))
+    h = hashlib.sha1()
+    for path in paths:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:12]
+
+
+def record_path(plan: Plan, step) -> str:
+    return os.path.join(plan.step_dir(step), "record.json")
+
+
+def save(plan: Plan, step, record) -> None:
+    with open(record_path(plan, step), "w") as f:
+        json.dump(record, f, indent=2)
+
+
+def local_records(plan: Plan) -> Dict[str, dict]:
+    """The records of the finished steps in the work dir, fingerprinted (once, saved back)
+    if written before records carried a fingerprint."""
+    found = {}
+    for step in plan.steps:
+        path = record_path(plan, step)
+        if os.path.isfile(path):
+            with open(path) as f:
+                record = json.load(f)
+            if "run" not in record:
+                record["run"] = run_fingerprint(record)
+                save(plan, step, record)
+            found[step["name"]] = record
+    return found
+
+
+def committed_rows(paths: Iterable[str], keys: Dict[str, str], own_name: str) -> Dict[str, dict]:
+    """Rows of committed results files whose step name and key match a step of the recipe
+    (``keys``: step name -> key). The recipe's own table (``<own_name>.json``) wins over other
+    tables holding a step of the same name and key (e.g. a teacher that recipe retrained,
+    shared with another recipe)."""
+    found = {}
+    own = f"{own_name}.json"
+    for path in sorted(paths, key=lambda p: os.path.basename(p) == own):  # own file last
+        if not os.path.isfile(path):
+            continue
+        with open(path) as f:
+            meta = json.load(f)
+        for r in meta.get("rows", []) + meta.get("seqkd", []):
+            if r.get("key") and r.get("key") == keys.get(r.get("name")):
+                found[r["name"]] = r
+    return found
+
+
+def uses(record_deps: Iterable[str], done: Dict[str, dict]) -> Dict[str, str]:
+    """Which runs of its dependencies a run was made from."""
+    return {d: done[d].get("run") for d in record_deps}

@@ -1,0 +1,115 @@
+"""The results of a recipe, written from its records: ``<name>.json`` (the rows) and
+``<name>.md`` (the table), plus the table's rendering, which marks rows a reader should
+compare with care."""
+import json
+import os
+from typing import Dict, List
+
+import torch
+
+from .config import dependencies
+from .host import SPEED_SETUP
+from .plan import REPO
+
+CHECKPOINT_MEANING = {"best": "checkpoint of lowest validation loss (checkpoint_best.pt)",
+                      "last": "last checkpoint (checkpoint_last.pt, the end of its budget)"}
+# kept in the work dir's records, not in the results: machine-specific and long
+RECORD_ONLY = ("commands",)
+
+
+def row_dependencies(row) -> List[str]:
+    """The steps a results row was made from: the dependencies of the step it records."""
+    data = None if row.get("data") in (None, "original") else row["data"]
+    return dependencies({"teacher": row.get("teacher"), "data": data, "init": row.get("init"),
+                         "continue": row.get("continues"), "finetune": row.get("finetunes")})
+
+
+def other_runs_used(row, runs: Dict[str, str]) -> List[str]:
+    """The dependencies of ``row`` whose run in this table is not the one it was made from.
+    Rows from before runs were fingerprinted count as made from an unfingerprinted run."""
+    used = row.get("uses") or {}
+    return [d for d in row_dependencies(row) if d in runs and used.get(d) != runs[d]]
+
+
+def markdown_table(rows, runs: Dict[str, str] = None) -> str:
+    """``runs``: step name -> run fingerprint of every finished step (default: the rows'), to
+    mark rows made from another run of a step than the one listed (e.g. a retrained teacher)."""
+    if runs is None:
+        runs = {r["name"]: r.get("run") for r in rows}
+    head = ("| run | shape (enc+dec, d, ffn) | params | KD | data | epochs | updates | train time | "
+            "BLEU | tokens/s |\n|---|---|---|---|---|---|---|---|---|---|")
+    lines, stale = [head], []
+    # wall times of rows trained under an older speed set-up are marked, when the table mixes them
+    mixed = len({bool(r.get("speed_setup")) for r in rows}) > 1
+    for r in rows:
+        s = r["shape"]
+        kd = r["criterion"] if r.get("teacher") else "none"
+        if r.get("criterion_args"):
+            kd += " (" + ", ".join(f"{k}={v}" for k, v in r["criterion_args"].items()) + ")"
+        if r.get("init"):
+            kd += f"; init: layers of {r['init']['from']} (keep {r['init'].get('keep', 'top')})"
+        if r.get("continues"):
+            kd += f"; continues {r['continues']}"
+        if r.get("finetunes"):
+            kd += f"; from {r['finetunes']}'s weights"
+        mark = " †" if mixed and not r.get("speed_setup") else ""
+        other = other_runs_used(r, runs)
+        if other:
+            stale.append((r["name"], other))
+        lines.append(
+            f"| {r['name']}{' ‡' if other else ''} | {s['encoder-layers']}+{s['decoder-layers']}, {s['encoder-embed-dim']}, "
+            f"{s['encoder-ffn-embed-dim']} | {r['parameters'] / 1e6:.2f}M | {kd} | {r['data']} | "
+            f"{r['epochs']} | {r['updates']} | {r['train_seconds'] / 60:.1f} min{mark} | "
+            f"{r['bleu']:.2f} | {r['tokens_per_second']:.0f} |"
+        )
+    if mixed:
+        lines.append(f"\n† trained before the runner's speed set-up ({SPEED_SETUP}): its steps ran up to "
+                     f"~1.5x slower, so compare its train time only with other † rows; training-step costs "
+                     f"measured side by side are in bench/results/*_step_cost.md.")
+    if any(r.get("continues") or r.get("finetunes") for r in rows):
+        lines.append("\nA row that starts from another step's run (continues / from its weights) states its "
+                     "own train time, without that run's; a continued run's update count goes on from "
+                     "that run's.")
+    if stale:
+        retrained = {d for _, deps in stale for d in deps}
+        notes = []
+        for r in rows:
+            if r["name"] in retrained and r.get("committed_bleu") is not None:
+                notes.append(f"{r['name']} was retrained with the same recipe and seed and scored "
+                             f"{r['bleu']:.2f}; the run the ‡ rows used scored {r['committed_bleu']:.2f}")
+        lines.append("\n‡ made from another run of " + ", ".join(sorted(retrained)) + " than the row in "
+                     "this table (" + "; ".join(f"{n}: {', '.join(d)}" for n, d in stale) + "). "
+                     + ("; ".join(notes) + ". " if notes else "")
+                     + "Compare ‡ rows with the others with care: they do not share that step.")
+    return "\n".join(lines)
+
+
+def results_rows(steps, done: Dict[str, dict]) -> List[dict]:
+    """The training rows of the finished steps, in recipe order, as the results store them."""
+    return [{k: v for k, v in done[s["name"]].items() if k not in RECORD_ONLY} for s in steps
+            if s["name"] in done and done[s["name"]]["kind"] == "train"]
+
+
+def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, done: Dict[str, dict]) -> str:
+    """Write ``<name>.json`` and ``<name>.md`` into ``results_dir`` (if given); returns the table."""
+    rows = results_rows(steps, done)
+    table = markdown_table(rows, {n: r.get("run") for n, r in done.items()})
+    if not results_dir:
+        return table
+    os.makedirs(results_dir, exist_ok=True)
+    meta = {"recipe": name, "config": os.path.relpath(config_path, REPO),
+            "machine": {"cpu_threads": torch.get_num_threads(),
+                        "device": "cuda" if torch.cuda.is_available() else "cpu",
+                        "torch": torch.__version__},
+            "rows": rows,
+            "seqkd": [{k: v for k, v in r.items() if k not in RECORD_ONLY}
+                      for r in done.values() if r["kind"] == "seqkd"]}
+    with open(os.path.join(results_dir, f"{name}.json"), "w") as f:
+        json.dump(meta, f, indent=2)
+    with open(os.path.join(results_dir, f"{name}.md"), "w") as f:
+        f.write(f"# {name}\n\nConfig: `{meta['config']}`; test set: test (sacreBLEU on "
+                f"detokenised output); beam {rows[0]['beam'] if rows else '-'}; "
+                f"{meta['machine']['device']}, {meta['machine']['cpu_threads']} threads; each run's "
+                f"{CHECKPOINT_MEANING[evaluated_checkpoint]} is evaluated.\n\n")
+        f.write(table + "\n")
+    return table

@@ -104,7 +104,7 @@ def read_deployment(model_dir: str) -> dict:
     path = os.path.join(model_dir, DEPLOY_FILE)
     if not os.path.isfile(path):
         raise DistillError(f"{model_dir} is not a CTranslate2 model exported by export_ctranslate2 "
-                           f"(no {DEPLOY_FILE}); export it with scripts/export_ctranslate2.sh")
+                           f"(no {DEPLOY_FILE}); export it with fsd-export-ctranslate2")
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 

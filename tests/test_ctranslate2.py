@@ -5,14 +5,15 @@ import sys
 
 import pytest
 
-from conftest import PACKAGE_DIR, REPO, fairseq_train, python_module, run
+from conftest import PACKAGE_DIR, fairseq_train, python_module, run
 from fairseq_distill.segmentation import Segmenter
 from fairseq_distill.translators import CTranslate2Translator, DecodingOptions, translate_lines
 
 pytest.importorskip("ctranslate2")
 
-EXPORT = os.path.join(REPO, "scripts", "export_ctranslate2.sh")
-TRANSLATE = os.path.join(REPO, "scripts", "translate.py")
+# the installed console scripts, the documented way in
+EXPORT = os.path.join(os.path.dirname(sys.executable), "fsd-export-ctranslate2")
+TRANSLATE = os.path.join(os.path.dirname(sys.executable), "fsd-translate")
 LIMITS = ["--max-len-a", "1.2", "--max-len-b", "10"]
 
 
@@ -30,7 +31,7 @@ def exported(tiny_data, tmp_path_factory):
     dirs = {}
     for q in ("float32", "int8"):
         dirs[q] = str(root / q)
-        out = run(["bash", EXPORT, student, tiny_data, dirs[q], "--quantization", q]).stdout
+        out = run([EXPORT, student, tiny_data, dirs[q], "--quantization", q]).stdout
         assert re.search(rf"\[export\] .*: transformer as CTranslate2 {q}, model.bin [\d.]+ MiB, de->en", out), out
         for name in ("model.bin", "sentencepiece.model", "fairseq_distill.json", "fairseq_distill_deploy.json"):
             assert os.path.isfile(os.path.join(dirs[q], name)), name
@@ -75,7 +76,7 @@ def test_translate_keeps_order_and_empty_lines(tiny_data, exported, tmp_path, ba
     (tmp_path / "in.de").write_text("\n".join(with_gaps) + "\n", encoding="utf-8")
     source = ["--checkpoint", student, "--data-bin", tiny_data] if backend == "fairseq" else \
         ["--model-dir", dirs["float32"]]
-    proc = run([sys.executable, TRANSLATE, "--backend", backend, *source, "--input", str(tmp_path / "in.de"),
+    proc = run([TRANSLATE, "--backend", backend, *source, "--input", str(tmp_path / "in.de"),
                 "--output", str(tmp_path / "out.en"), "--beam", "1", "--batch-size", "3", *LIMITS])
     out = (tmp_path / "out.en").read_text(encoding="utf-8").split("\n")[:-1]
     assert len(out) == len(with_gaps)
@@ -126,14 +127,14 @@ def test_errors_name_the_bad_input(tiny_data, exported, tmp_path):
          f"cannot read input '{tmp_path / 'missing.de'}'"),
     ]
     for args, message in cases:
-        proc = run([sys.executable, TRANSLATE, *args], check=False)
+        proc = run([TRANSLATE, *args], check=False)
         assert proc.returncode != 0 and message in proc.stdout, (args, proc.stdout[-1500:])
 
 
 def test_unsupported_architecture_is_refused_by_name(tiny_data, tmp_path):
     fairseq_train(tiny_data, str(tmp_path / "deep"), "--user-dir", PACKAGE_DIR, "--arch", "deep_transformer",
                   "--max-update", "1", "--criterion", "label_smoothed_cross_entropy")
-    proc = run(["bash", EXPORT, str(tmp_path / "deep" / "checkpoint_last.pt"), tiny_data, str(tmp_path / "ct2")],
+    proc = run([EXPORT, str(tmp_path / "deep" / "checkpoint_last.pt"), tiny_data, str(tmp_path / "ct2")],
                check=False)
     assert proc.returncode != 0
     assert "cannot be exported to CTranslate2: relative position representations" in proc.stdout

@@ -7,7 +7,7 @@ import pytest
 import torch
 from fairseq import checkpoint_utils
 
-from conftest import PACKAGE_DIR, REPO, fairseq_train, python_module, run
+from conftest import PACKAGE_DIR, fairseq_train, python_module, run
 from distill_setup import build, first_batch
 from fairseq_distill.modules.layer_stack import StochasticLayerStack
 
@@ -16,7 +16,7 @@ DEEP = ["--user-dir", PACKAGE_DIR, "--arch", "deep_transformer", "--encoder-laye
         "--decoder-layers", "2", "--max-relative-length", "4"]
 GROUPS = ["--encoder-group-size", "2", "--decoder-group-size", "2"]
 CE = ["--criterion", "label_smoothed_cross_entropy"]
-EXTRACT = os.path.join(REPO, "scripts", "extract_student.py")
+EXTRACT = os.path.join(os.path.dirname(sys.executable), "fsd-extract-student")  # the console script
 
 
 def losses(out):
@@ -80,7 +80,7 @@ def load(path, task):
 def test_extracted_student_is_the_teacher_restricted_to_kept_layers(tiny_data, gpkd_teacher, tmp_path):
     teacher_path, _ = gpkd_teacher
     student_path = str(tmp_path / "student.pt")
-    out = run([sys.executable, EXTRACT, teacher_path, student_path]).stdout
+    out = run([EXTRACT, teacher_path, student_path]).stdout
     assert "[extract] encoder: kept 2 of 4 layers: [2, 4]" in out
     assert "[extract] decoder: kept 1 of 2 layers: [2]" in out
     assert "loads and runs (checked)" in out
@@ -117,13 +117,13 @@ def test_extracted_student_is_the_teacher_restricted_to_kept_layers(tiny_data, g
 
 def test_extraction_keep_rules(tiny_data, gpkd_teacher, tmp_path):
     teacher_path, _ = gpkd_teacher
-    out = run([sys.executable, EXTRACT, teacher_path, str(tmp_path / "b.pt"), "--keep", "bottom",
+    out = run([EXTRACT, teacher_path, str(tmp_path / "b.pt"), "--keep", "bottom",
                "--decoder-keep", "all"]).stdout
     assert "encoder: kept 2 of 4 layers: [1, 3]" in out and "decoder: kept 2 of 2 layers: [1, 2]" in out
-    out = run([sys.executable, EXTRACT, teacher_path, str(tmp_path / "l.pt"), "--encoder-keep", "1,2,4",
+    out = run([EXTRACT, teacher_path, str(tmp_path / "l.pt"), "--encoder-keep", "1,2,4",
                "--decoder-keep", "1"]).stdout
     assert "encoder: kept 3 of 4 layers: [1, 2, 4]" in out and "decoder: kept 1 of 2 layers: [1]" in out
-    out = run([sys.executable, EXTRACT, teacher_path, str(tmp_path / "r.pt"), "--keep", "random", "--seed", "3"]).stdout
+    out = run([EXTRACT, teacher_path, str(tmp_path / "r.pt"), "--keep", "random", "--seed", "3"]).stdout
     kept = [int(x) for x in re.search(r"encoder: kept 2 of 4 layers: \[(\d+), (\d+)\]", out).groups()]
     assert kept[0] in (1, 2) and kept[1] in (3, 4)
 
@@ -136,11 +136,11 @@ def test_extraction_keep_rules(tiny_data, gpkd_teacher, tmp_path):
 ])
 def test_extraction_errors_name_the_bad_value(gpkd_teacher, tmp_path, flags, message):
     teacher_path, _ = gpkd_teacher
-    proc = run([sys.executable, EXTRACT, teacher_path, str(tmp_path / "x.pt"), *flags], check=False)
+    proc = run([EXTRACT, teacher_path, str(tmp_path / "x.pt"), *flags], check=False)
     assert proc.returncode != 0 and message in proc.stdout, proc.stdout[-2000:]
     assert not os.path.exists(tmp_path / "x.pt")
 
 
 def test_extraction_of_a_missing_checkpoint(tmp_path):
-    proc = run([sys.executable, EXTRACT, str(tmp_path / "nope.pt"), str(tmp_path / "x.pt")], check=False)
+    proc = run([EXTRACT, str(tmp_path / "nope.pt"), str(tmp_path / "x.pt")], check=False)
     assert proc.returncode != 0 and f"checkpoint not found: '{tmp_path / 'nope.pt'}'" in proc.stdout

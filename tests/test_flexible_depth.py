@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from conftest import PACKAGE_DIR, REPO, fairseq_train, python_module, run
+from conftest import PACKAGE_DIR, fairseq_train, python_module, run
 from distill_setup import build, first_batch
 from fairseq_distill.depth_strategies import plan
 from fairseq_distill.errors import DistillError
@@ -146,7 +146,7 @@ def test_decoding_at_a_depth_equals_the_exported_subnetwork(tiny_data, multidept
         "fairseq_cli.generate", tiny_data, "--path", path, "--user-dir", PACKAGE_DIR, *generate,
         "--model-overrides", "{'encoder_depth': 2, 'decoder_depth': 1}")).stdout
     exported = str(tmp_path / "e2d1.pt")
-    msg = run([sys.executable, os.path.join(REPO, "scripts", "export_subnetwork.py"), path, exported,
+    msg = run([os.path.join(os.path.dirname(sys.executable), "fsd-export-subnetwork"), path, exported,
                "--encoder-depth", "2", "--decoder-depth", "1"]).stdout
     assert re.search(r"transformer 2\+1 \(encoder layers \[\d, \d\], decoder layers \[\d\]\)", msg), msg
     # stock fairseq, no plugin

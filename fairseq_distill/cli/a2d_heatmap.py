@@ -1,6 +1,6 @@
 """Heat maps of A2D's learned Attention Alignment Modules (like Jin et al., Figure 2).
 
-    python -m fairseq_distill.cli.a2d_heatmap checkpoints/checkpoint_last.pt --out a2d.png
+    fsd-a2d-heatmap checkpoints/checkpoint_last.pt --out a2d.png
 
 Reads the criterion state of an ``a2d`` training checkpoint (no data, no teacher needed)
 and draws, per attention type, the AAM weight matrix: one row per teacher head, one column
@@ -10,9 +10,9 @@ the matrices as JSON next to it.
 import argparse
 import json
 import os
-import sys
 
 from fairseq_distill.checkpoint import load_training_checkpoint
+from fairseq_distill.cli.common import run_cli
 from fairseq_distill.criterions.distill import upgrade_criterion_state
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import ATTENTION_TYPES
@@ -72,17 +72,18 @@ def main(argv=None):
     p.add_argument("checkpoint", help="training checkpoint of an a2d run")
     p.add_argument("--out", required=True, help="PNG path (the matrices go to the same name .json)")
     args = p.parse_args(argv)
-    try:
+
+    def body():
         matrices = alignment_matrices(args.checkpoint)
         plot(matrices, args.out)
-    except DistillError as e:
-        sys.exit(f"a2d_heatmap: error: {e}")
-    with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-        json.dump(matrices, f, indent=2)
-    for kind, m in matrices.items():
-        print(f"[a2d] {kind}: {m['student'][0]}x{m['student'][1]} student heads -> "
-              f"{m['teacher'][0]}x{m['teacher'][1]} teacher heads")
-    print(f"[a2d] wrote {args.out}")
+        with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
+            json.dump(matrices, f, indent=2)
+        for kind, m in matrices.items():
+            print(f"[a2d] {kind}: {m['student'][0]}x{m['student'][1]} student heads -> "
+                  f"{m['teacher'][0]}x{m['teacher'][1]} teacher heads")
+        print(f"[a2d] wrote {args.out}")
+
+    run_cli("a2d_heatmap", body)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Heat map of ALP-KD's learned attention over teacher layers (like Passban et al., Fig. 3).
 
-    python -m fairseq_distill.cli.alp_heatmap checkpoints/checkpoint_last.pt --out alp.png
+    fsd-alp-heatmap checkpoints/checkpoint_last.pt --out alp.png
 
 Loads a *training* checkpoint of an ``alp_kd`` run (student, criterion state and the
 stored teacher path), runs student and teacher over a data set, and averages the
@@ -10,13 +10,12 @@ layer × teacher layer, one panel per side) and the matrix as JSON next to it.
 import argparse
 import json
 import os
-import sys
 
 import torch
 
 from fairseq_distill.checkpoint import load_training_checkpoint
+from fairseq_distill.cli.common import run_cli
 from fairseq_distill.plotting import pyplot
-from fairseq_distill.errors import DistillError
 from fairseq_distill.features import run_with_features
 
 
@@ -110,18 +109,19 @@ def main(argv=None):
     p.add_argument("--subset", default="valid")
     p.add_argument("--teacher-path", help="teacher (default: the one stored in the checkpoint)")
     args = p.parse_args(argv)
-    try:
+
+    def body():
         matrices = average_alp_weights(args.checkpoint, args.data, args.subset, args.teacher_path)
         plot(matrices, args.out)
-    except DistillError as e:
-        sys.exit(f"alp_heatmap: error: {e}")
-    with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-        json.dump(matrices, f, indent=2)
-    for side, rows in matrices.items():
-        for r in rows:
-            print(f"[alp] {side} student layer {r['student_layer']}: " +
-                  " ".join(f"{w:.2f}" for w in r["weights"][1:]))
-    print(f"[alp] wrote {args.out}")
+        with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
+            json.dump(matrices, f, indent=2)
+        for side, rows in matrices.items():
+            for r in rows:
+                print(f"[alp] {side} student layer {r['student_layer']}: " +
+                      " ".join(f"{w:.2f}" for w in r["weights"][1:]))
+        print(f"[alp] wrote {args.out}")
+
+    run_cli("alp_heatmap", body)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,24 @@ mean gap between adjacent layers of a sub-network (1 = contiguous). ``--show`` a
 every sub-network (1-based layer numbers).
 """
 import argparse
-import sys
 
+from fairseq_distill.cli.common import run_cli
 from fairseq_distill.depth_strategies import (STRATEGIES, DepthError, average_layer_distance, plan,
                                               supported_depths, task_balance)
+from fairseq_distill.errors import DistillError
 
 
-def main(argv=None):
+def depth_list(value, flag):
+    """A comma-separated list of depths such as 2,3,6 (None when not given)."""
+    if not value:
+        return None
+    try:
+        return [int(x) for x in value.split(",")]
+    except ValueError:
+        raise DistillError(f"{flag} '{value}': expected whole numbers separated by commas, such as 2,3,6") from None
+
+
+def build_parser():
     p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--encoder-layers", type=int, required=True)
@@ -22,16 +33,23 @@ def main(argv=None):
     p.add_argument("--encoder-depths", help="comma-separated subset of the divisors (default: all)")
     p.add_argument("--decoder-depths", help="comma-separated subset of the divisors (default: all)")
     p.add_argument("--show", action="store_true", help="print every sub-network")
-    args = p.parse_args(argv)
-    sides = [("encoder", args.encoder_layers, args.encoder_depths)]
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    run_cli("depth_strategies", lambda: compare(args))
+
+
+def compare(args):
+    sides = [("encoder", args.encoder_layers, depth_list(args.encoder_depths, "--encoder-depths"))]
     if args.decoder_layers:
-        sides.append(("decoder", args.decoder_layers, args.decoder_depths))
+        sides.append(("decoder", args.decoder_layers, depth_list(args.decoder_depths, "--decoder-depths")))
     try:
-        depths = {side: supported_depths(n, [int(x) for x in wanted.split(",")] if wanted else None, side)
-                  for side, n, wanted in sides}
+        depths = {side: supported_depths(n, wanted, side) for side, n, wanted in sides}
         plans = {(s, side): plan(n, depths[side], s) for s in STRATEGIES for side, n, _ in sides}
-    except (DepthError, ValueError) as e:
-        sys.exit(f"depth_strategies: error: {e}")
+    except DepthError as e:
+        raise DistillError(str(e)) from None
     head = "| strategy | " + " | ".join(f"{side} TB | {side} ALD" for side, _, _ in sides) + " |"
     print("depths: " + "; ".join(f"{side} ({n} layers) {depths[side]}" for side, n, _ in sides))
     print(head)

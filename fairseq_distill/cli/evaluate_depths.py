@@ -13,9 +13,10 @@ OUT.json, OUT.md (BLEU and tokens/s tables) and OUT.png (BLEU heat map).
 import argparse
 import json
 import os
-import sys
 
 from fairseq_distill.checkpoint import load_checkpoint
+from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.depth_strategies import depth_list
 from fairseq_distill.evaluation import evaluate
 from fairseq_distill.plotting import pyplot
 from fairseq_distill.depth_strategies import STRATEGIES, DepthError, plan, supported_depths
@@ -112,14 +113,15 @@ def main(argv=None):
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=128)
     args = p.parse_args(argv)
-    split = lambda v: [int(x) for x in v.split(",")] if v else None  # noqa: E731
-    try:
+
+    def body():
         _, table = evaluate_depths(args.checkpoint, args.data_bin, args.out, args.prune, args.beam,
-                                   args.batch_size, split(args.encoder_depths), split(args.decoder_depths))
-    except DistillError as e:
-        sys.exit(f"evaluate_depths: error: {e}")
-    print(table)
-    print(f"[depths] wrote {args.out}.json, {args.out}.md, {args.out}.png")
+                                   args.batch_size, depth_list(args.encoder_depths, "--encoder-depths"),
+                                   depth_list(args.decoder_depths, "--decoder-depths"))
+        print(table)
+        print(f"[depths] wrote {args.out}.json, {args.out}.md, {args.out}.png")
+
+    run_cli("evaluate_depths", body)
 
 
 if __name__ == "__main__":

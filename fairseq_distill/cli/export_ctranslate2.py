@@ -4,13 +4,12 @@
 
 DATA_BIN is the directory the student was trained on (its dictionaries and subword model
 are copied beside the converted model). Translate with
-``scripts/translate.py --backend ctranslate2 --model-dir OUT_DIR``.
+``fsd-translate --backend ctranslate2 --model-dir OUT_DIR``.
 """
 import argparse
-import sys
 
+from fairseq_distill.cli.common import run_cli
 from fairseq_distill.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
-from fairseq_distill.errors import DistillError
 
 
 def main(argv=None):
@@ -22,10 +21,8 @@ def main(argv=None):
     p.add_argument("--quantization", default="int8", choices=QUANTIZATIONS, help="default int8")
     p.add_argument("--force", action="store_true", help="replace a non-empty OUT_DIR")
     args = p.parse_args(argv)
-    try:
-        info = export_ctranslate2(args.checkpoint, args.data_bin, args.out_dir, args.quantization, args.force)
-    except DistillError as e:
-        sys.exit(f"export_ctranslate2: error: {e}")
+    info = run_cli("export_ctranslate2", lambda: export_ctranslate2(args.checkpoint, args.data_bin, args.out_dir,
+                                                                    args.quantization, args.force))
     print(f"[export] {info['out_dir']}: {info['arch']} as CTranslate2 {info['quantization']}, "
           f"model.bin {info['model_bytes'] / 2**20:.1f} MiB, {info['source_lang']}->{info['target_lang']}")
 

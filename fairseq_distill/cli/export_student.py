@@ -3,10 +3,9 @@
     fsd-export-student checkpoints/checkpoint_best.pt student.pt
 """
 import argparse
-import sys
 
 from fairseq_distill.checkpoint import export_decoding_checkpoint
-from fairseq_distill.errors import DistillError
+from fairseq_distill.cli.common import run_cli
 
 
 def main(argv=None):
@@ -14,10 +13,7 @@ def main(argv=None):
     p.add_argument("checkpoint", help="training checkpoint written by fairseq-train")
     p.add_argument("output", help="where to write the decoding checkpoint")
     args = p.parse_args(argv)
-    try:
-        info = export_decoding_checkpoint(args.checkpoint, args.output)
-    except DistillError as e:
-        sys.exit(f"export_student: error: {e}")
+    info = run_cli("export_student", lambda: export_decoding_checkpoint(args.checkpoint, args.output))
     print(
         f"[export] {info['path']}: {info['arch']}, {info['parameters']:,} parameters, "
         f"{info['num_updates']} updates; dropped {info['dropped_criterion_tensors']} "

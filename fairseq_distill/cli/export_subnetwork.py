@@ -4,9 +4,8 @@ ordinary ``transformer`` checkpoint that stock ``fairseq-generate`` loads (no --
     fsd-export-subnetwork CHECKPOINT OUT.pt --encoder-depth 6 --decoder-depth 3
 """
 import argparse
-import sys
 
-from fairseq_distill.errors import DistillError
+from fairseq_distill.cli.common import run_cli
 from fairseq_distill.extraction import extract_subnetwork
 
 
@@ -18,10 +17,8 @@ def main(argv=None):
     p.add_argument("--encoder-depth", type=int, help="default: the largest")
     p.add_argument("--decoder-depth", type=int, help="default: the largest")
     args = p.parse_args(argv)
-    try:
-        info = extract_subnetwork(args.checkpoint, args.output, args.encoder_depth, args.decoder_depth)
-    except DistillError as e:
-        sys.exit(f"export_subnetwork: error: {e}")
+    info = run_cli("export_subnetwork", lambda: extract_subnetwork(args.checkpoint, args.output, args.encoder_depth,
+                                                                   args.decoder_depth))
     print(f"[export] {info['path']}: transformer {len(info['kept']['encoder'])}+{len(info['kept']['decoder'])} "
           f"(encoder layers {info['kept']['encoder']}, decoder layers {info['kept']['decoder']}), "
           f"{info['parameters']:,} parameters; loads and runs (checked)")

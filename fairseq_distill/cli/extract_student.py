@@ -8,9 +8,8 @@ its layers unless given an explicit list). Train the student from the result wit
 ``--restore-file STUDENT.pt --reset-optimizer --reset-lr-scheduler --reset-meters --reset-dataloader``.
 """
 import argparse
-import sys
 
-from fairseq_distill.errors import DistillError
+from fairseq_distill.cli.common import run_cli
 from fairseq_distill.extraction import KEEP_RULES, extract_student
 
 
@@ -27,15 +26,12 @@ def main(argv=None):
     p.add_argument("--decoder-group-size", type=int, help="decoder group size (default: the teacher's)")
     p.add_argument("--seed", type=int, default=1, help="seed of --keep random (default 1)")
     args = p.parse_args(argv)
-    try:
-        info = extract_student(
-            args.teacher, args.output,
-            encoder_keep=args.encoder_keep or args.keep, decoder_keep=args.decoder_keep or args.keep,
-            encoder_group_size=args.encoder_group_size, decoder_group_size=args.decoder_group_size,
-            seed=args.seed,
-        )
-    except DistillError as e:
-        sys.exit(f"extract_student: error: {e}")
+    info = run_cli("extract_student", lambda: extract_student(
+        args.teacher, args.output,
+        encoder_keep=args.encoder_keep or args.keep, decoder_keep=args.decoder_keep or args.keep,
+        encoder_group_size=args.encoder_group_size, decoder_group_size=args.decoder_group_size,
+        seed=args.seed,
+    ))
     for side in ("encoder", "decoder"):
         total, kept = info["layers"][side]
         print(f"[extract] {side}: kept {kept} of {total} layers: {info['kept'][side]}")

@@ -1,0 +1,40 @@
+"""One way into each tool: the fsd-* console scripts the README documents are the ones
+setup.py installs, each starts, and a user error ends in one line, not a traceback."""
+import os
+import re
+import sys
+
+from conftest import REPO, run
+
+BIN = os.path.dirname(sys.executable)
+
+
+def installed_tools():
+    with open(os.path.join(REPO, "setup.py"), encoding="utf-8") as f:
+        return dict(re.findall(r'"(fsd-[\w-]+)=([\w.]+):main"', f.read()))
+
+
+def test_the_readme_documents_console_scripts_only():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    tools = installed_tools()
+    documented = set(re.findall(r"\bfsd-[a-z0-9-]*[a-z0-9]", readme))
+    assert documented and documented <= set(tools), documented - set(tools)
+    # scripts/ keeps set-up, the demo and the tests; a tool is never run through a wrapper there
+    kept = {"setup_env.sh", "demo.sh", "test.sh"}
+    assert set(os.listdir(os.path.join(REPO, "scripts"))) <= kept
+    assert not [m for m in re.findall(r"scripts/([\w.]+)", readme) if m not in kept]
+
+
+def test_every_console_script_starts():
+    for tool in installed_tools():
+        out = run([os.path.join(BIN, tool), "--help"]).stdout
+        assert re.search(rf"usage: {tool}\b", out), (tool, out[-1000:])
+
+
+def test_bad_depth_lists_are_named_not_a_traceback(tmp_path):
+    for tool, args in (("fsd-depth-strategies", ["--encoder-layers", "12"]),
+                       ("fsd-evaluate-depths", [str(tmp_path / "model.pt"), str(tmp_path), "--out", str(tmp_path / "o")])):
+        proc = run([os.path.join(BIN, tool), *args, "--encoder-depths", "2,x"], check=False)
+        assert proc.returncode == 1 and "Traceback" not in proc.stdout, (tool, proc.stdout[-2000:])
+        assert "--encoder-depths '2,x': expected whole numbers separated by commas" in proc.stdout, proc.stdout

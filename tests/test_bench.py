@@ -129,3 +129,30 @@ def test_depth_grid_and_decode_speed(tmp_path):
     assert set(rows) == {"full", "single"}, text
     assert rows["full"]["beam1"]["ratio"] == 1.0, text
     assert rows["single"]["beam1"]["tokens_per_second"] > 0 and rows["single"]["shape"].startswith("1+1"), text
+
+
+def test_report_renders_the_summary_from_the_results_files_only(tmp_path):
+    """bench/report.py reads results JSON only: one row per distinct run across recipes, the
+    CTranslate2 rows included, and a row without a measured speed listed but not plotted."""
+    import shutil
+
+    results = tmp_path / "results"
+    shutil.copytree(os.path.join(REPO, "bench", "results"), results)
+    meta = json.load(open(results / "foundation.json"))
+    meta["rows"].append({**meta["rows"][1], "name": "unmeasured", "key": "0000000000", "tokens_per_second": None})
+    json.dump(meta, open(results / "foundation.json", "w"))
+    out = run([sys.executable, os.path.join(REPO, "bench", "report.py"), "--results", str(results),
+               "--out", str(tmp_path / "out")]).stdout
+    summary = open(tmp_path / "out" / "summary.md").read()
+    # the student several recipes share (same key, same results) is one row naming them all
+    assert "| a2d, foundation, layer_kd | student | student | fairseq | 2+2, 64, 256 | 0.75M | 4 | 25.10 | 2499 |" in summary
+    # a retrained teacher (same key, other results) is a row of its own
+    assert summary.count("| teacher | teacher | fairseq | 6+6, 128, 512 |") == 2
+    assert "| foundation_ctranslate2 | student-seqkd-wordkd | student | ctranslate2 (int8) |" in summary
+    assert "| unmeasured | student | fairseq | 2+2, 64, 256 | 0.75M | 4 | 25.10 | not measured (not plotted) |" in summary
+    assert "listed in the table but not plotted (1 here)" in summary
+    rows = summary.count("\n| ") - 1  # less the header
+    assert f"({rows - 1} of {rows} rows plotted)" in out
+    with open(tmp_path / "out" / "summary.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert not os.path.exists(results / "summary.md")  # --out, not the results directory

@@ -280,6 +280,20 @@ def test_switching_the_evaluated_checkpoint_reevaluates_without_retraining(tmp_p
     assert bad.returncode != 0 and "eval checkpoint 'newest' is not one of 'best', 'last'" in bad.stdout
 
 
+def test_a_failing_step_shows_the_end_of_its_log_and_where_the_log_is(tmp_path):
+    config = tiny_recipe(tmp_path, "broken", {"bad": {**TINY, "arch": "no_such_arch"}},
+                         [{"name": "broken", "model": "bad"}])
+    proc = run(recipe_cmd(config, "--workdir", str(tmp_path / "work"), "--results", str(tmp_path / "results")),
+               check=False)
+    assert proc.returncode == 1, proc.stdout
+    out = proc.stdout
+    assert "[1/1] broken: fairseq-train failed (exit status 2); the last lines of its log:" in out, out
+    log = re.search(r"full log: (\S+/runs/broken-\w+/step\.log)", out).group(1)
+    shown = out.split("the last lines of its log:\n")[1].split("\nfull log:")[0]
+    assert "invalid choice: 'no_such_arch'" in shown
+    assert shown.split("\n") == open(log).read().rstrip("\n").split("\n")[-30:]
+
+
 # the demo's step keys when the runner lived in fairseq_distill/recipe.py (the demo has no
 # committed results to compare with): existing work/demo directories stay recognised
 DEMO_KEYS = {"teacher": "dda9ff0456", "seqkd-data": "aae9b508d2", "student": "a56220d4c7",

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 from .config import dependencies, load_checked
 from .host import HEAP_MALLOC
 from .plan import REPO, Plan
-from .progress import Terminal, TrainingProgress, duration
+from .progress import CountProgress, Terminal, TrainingProgress, duration
 from . import records
 from .records import run_fingerprint, stale_evaluation
 from .results import write_results
@@ -198,7 +198,7 @@ class Runner:
             commands = plan.commands(step)
             self.say(f"{label}: the teacher translates the training set (log: {log_path})")
             for argv in commands:
-                run_tool(argv, label, log_path)
+                run_tool(argv, label, log_path, CountProgress(self.terminal, label))
             record = records.seqkd_record(plan, step, time.time() - started)
             self.say(f"{label}: done in {duration(time.time() - started)}: {record['kept']:,} sentence pairs")
         else:
@@ -210,10 +210,8 @@ class Runner:
             how = "training" if first_launch else "resuming its training from checkpoint_last.pt"
             self.say(f"{label}: {how}{', ' + budget if budget else ''} (log: {log_path})")
             for argv in commands:
-                follow = TrainingProgress(self.terminal, label, options.get("max-epoch")) \
-                    if argv[0] == "fairseq-train" else None
-                if argv[0] == "fsd-evaluate":
-                    self.terminal.update(f"{label}: evaluating on the test set")
+                follow = (TrainingProgress(self.terminal, label, options.get("max-epoch"))
+                          if argv[0] == "fairseq-train" else CountProgress(self.terminal, label))
                 run_tool(argv, label, log_path, follow)
             record = records.training_record(plan, step)
             self.say(f"{label}: done in {duration(time.time() - started)}: BLEU {record['bleu']:.2f}, "

@@ -12,6 +12,8 @@ from typing import Optional
 EPOCH_PROGRESS = re.compile(r"\| train_inner \| epoch (\d+):\s+(\d+) / (\d+)")
 EPOCH_SUMMARY = re.compile(r"\| (train|valid) \| epoch (\d+) \|(.*)")
 STAT = re.compile(r"(\w+) ([-\d.]+)$")
+# a tqdm bar (fsd-evaluate and fsd-seqkd draw one while fairseq-generate decodes)
+COUNTER = re.compile(r"^\s*([^:|]+?):\s+\d+%\|.*?\|\s*(\d+)/(\d+)")
 
 
 def duration(seconds: float) -> str:
@@ -84,3 +86,18 @@ class TrainingProgress:
         self.terminal.say(f"{self.label}: {self.epoch(k)}: {losses}{valid} "
                           f"({duration(time.time() - self.started)})")
         self.valid_loss = None
+
+
+class CountProgress:
+    """Follows a tool's progress bar: ``decode test 120/1000`` (on a terminal only)."""
+
+    def __init__(self, terminal: Terminal, label: str):
+        self.terminal = terminal
+        self.label = label
+        self.started = time.time()
+
+    def __call__(self, line: str) -> None:
+        bar = COUNTER.search(line)
+        if bar:
+            what, done, total = bar.groups()
+            self.terminal.update(f"{self.label}: {what} {done}/{total} ({duration(time.time() - self.started)})")

@@ -18,9 +18,9 @@ import logging
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
+    TransformerConfig,
     TransformerDecoder,
     TransformerEncoder,
-    TransformerConfig,
     TransformerModel,
     base_architecture,
 )
@@ -29,6 +29,7 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 from fairseq_distill import compat
 from fairseq_distill.errors import DistillError
+from fairseq_distill.models.prenorm import PreNormTransformerModel, force_pre_norm, set_defaults
 from fairseq_distill.modules.layer_stack import StochasticLayerStack, TrainingDraws, skip_probabilities
 from fairseq_distill.modules.relative_attention import RelativeMultiheadAttention
 
@@ -150,9 +151,15 @@ class DeepTransformerDecoder(_StochasticStackMixin, TransformerDecoder):
 
 
 @register_model("deep_transformer")
-class DeepTransformerModel(TransformerModel):
+class DeepTransformerModel(PreNormTransformerModel):
     """Pre-norm Transformer with relative self-attention, group permutation and Skipping
     Sub-Layer. Its checkpoints load in ``fairseq-generate --user-dir fairseq_distill``."""
+
+    encoder_class = DeepTransformerEncoder
+    decoder_class = DeepTransformerDecoder
+    layerdrop_advice = ("deep_transformer does not combine --{side}-layerdrop with its own layer stack; "
+                        "for a LayerDrop-like regulariser use --skip-sublayer-rate with "
+                        "--skip-sublayer-schedule uniform")
 
     @staticmethod
     def add_args(parser):
@@ -174,21 +181,13 @@ class DeepTransformerModel(TransformerModel):
         parser.add_argument("--skip-sublayer-schedule", choices=SKIP_SCHEDULES,
                             help="linear: p_l = l/(2L)*PHI (paper); uniform: p_l = PHI (LayerDrop-like)")
 
-    @classmethod
-    def build_model(cls, args, task):
-        args = compat.legacy_model_args(args)
+    @staticmethod
+    def architecture(args):
         deep_transformer(args)
+
+    @classmethod
+    def check_options(cls, args):
         check_options(args)
-        return super().build_model(args, task)
-
-    @classmethod
-    def build_encoder(cls, args, src_dict, embed_tokens):
-        return DeepTransformerEncoder(args, src_dict, embed_tokens)
-
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return DeepTransformerDecoder(args, tgt_dict, embed_tokens,
-                                      no_encoder_attn=getattr(args, "no_cross_attention", False))
 
 
 def check_options(args):
@@ -199,10 +198,6 @@ def check_options(args):
     if not 0.0 <= args.skip_sublayer_rate <= 1.0:
         raise DistillError(f"--skip-sublayer-rate must be in [0, 1], got {args.skip_sublayer_rate}")
     for side in ("encoder", "decoder"):
-        if (getattr(args, f"{side}_layerdrop", 0) or 0) > 0:
-            raise DistillError(f"deep_transformer does not combine --{side}-layerdrop with its own "
-                               f"layer stack; for a LayerDrop-like regulariser use "
-                               f"--skip-sublayer-rate with --skip-sublayer-schedule uniform")
         h, n = getattr(args, f"{side}_group_size"), getattr(args, f"{side}_layers")
         if h < 0 or (h > 1 and n % h != 0):
             divisors = [d for d in range(1, n + 1) if n % d == 0]
@@ -210,18 +205,10 @@ def check_options(args):
                                f"valid group sizes: 0 (off) or one of {divisors}")
 
 
-def _defaults(args, **values):
-    """Set options the user did not pass (architecture functions never override flags)."""
-    for name, value in values.items():
-        if getattr(args, name, None) is None:
-            setattr(args, name, value)
-
-
 @register_model_architecture("deep_transformer", "deep_transformer")
 def deep_transformer(args):
-    # pre-norm is what this model is; the flags are store_true, so this never undoes a choice
-    args.encoder_normalize_before = args.decoder_normalize_before = True
-    _defaults(args, max_relative_length=8, relative_values=False,
+    force_pre_norm(args)
+    set_defaults(args, max_relative_length=8, relative_values=False,
               encoder_group_size=0, decoder_group_size=0,
               skip_sublayer_rate=0.0, skip_sublayer="both", skip_sublayer_schedule="linear")
     base_architecture(args)
@@ -229,7 +216,7 @@ def deep_transformer(args):
 
 def _shape(encoder_layers, decoder_layers, width=512, ffn=2048, heads=8):
     def arch(args):
-        _defaults(args, encoder_layers=encoder_layers, decoder_layers=decoder_layers,
+        set_defaults(args, encoder_layers=encoder_layers, decoder_layers=decoder_layers,
                   encoder_embed_dim=width, decoder_embed_dim=width,
                   encoder_ffn_embed_dim=ffn, decoder_ffn_embed_dim=ffn,
                   encoder_attention_heads=heads, decoder_attention_heads=heads)

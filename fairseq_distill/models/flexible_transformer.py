@@ -20,6 +20,7 @@ from fairseq.models.transformer import TransformerDecoder, TransformerEncoder, T
 from fairseq_distill import compat
 from fairseq_distill.depth_strategies import STRATEGIES, DepthError, plan, supported_depths
 from fairseq_distill.errors import DistillError
+from fairseq_distill.models.prenorm import PreNormTransformerModel, force_pre_norm, set_defaults
 from fairseq_distill.modules.layer_stack import SubnetworkLayerStack
 
 
@@ -77,7 +78,16 @@ class FlexibleTransformerDecoder(TransformerDecoder):
 
 
 @register_model("flexible_transformer")
-class FlexibleTransformerModel(TransformerModel):
+class FlexibleTransformerModel(PreNormTransformerModel):
+    encoder_class = FlexibleTransformerEncoder
+    decoder_class = FlexibleTransformerDecoder
+    layerdrop_advice = ("flexible_transformer trains its depths explicitly; drop --{side}-layerdrop "
+                        "(LayerDrop is the separate baseline, with --arch transformer)")
+
+    @staticmethod
+    def architecture(args):
+        flexible_transformer(args)
+
     @staticmethod
     def add_args(parser):
         TransformerModel.add_args(parser)
@@ -95,24 +105,10 @@ class FlexibleTransformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        args = compat.legacy_model_args(args)
-        flexible_transformer(args)
-        for side in ("encoder", "decoder"):
-            if (getattr(args, f"{side}_layerdrop", 0) or 0) > 0:
-                raise DistillError(f"flexible_transformer trains its depths explicitly; drop --{side}-layerdrop "
-                                   f"(LayerDrop is the separate baseline, with --arch transformer)")
+        args = compat.legacy_model_args(args)  # the same Namespace the base class completes
         model = super().build_model(args, task)
         model.set_depth(args.encoder_depth, args.decoder_depth)
         return model
-
-    @classmethod
-    def build_encoder(cls, args, src_dict, embed_tokens):
-        return FlexibleTransformerEncoder(args, src_dict, embed_tokens)
-
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return FlexibleTransformerDecoder(args, tgt_dict, embed_tokens,
-                                          no_encoder_attn=getattr(args, "no_cross_attention", False))
 
     @property
     def depths(self):
@@ -132,10 +128,7 @@ class FlexibleTransformerModel(TransformerModel):
 
 @register_model_architecture("flexible_transformer", "flexible_transformer")
 def flexible_transformer(args):
-    # pre-norm, as in the paper; the flags are store_true, so this never undoes a choice
-    args.encoder_normalize_before = args.decoder_normalize_before = True
-    for name, value in (("encoder_depths", None), ("decoder_depths", None), ("depth_strategy", "optimal"),
-                        ("encoder_depth", None), ("decoder_depth", None)):
-        if not hasattr(args, name):
-            setattr(args, name, value)
+    force_pre_norm(args)  # as in the paper
+    set_defaults(args, encoder_depths=None, decoder_depths=None, depth_strategy="optimal",
+                 encoder_depth=None, decoder_depth=None)
     base_architecture(args)

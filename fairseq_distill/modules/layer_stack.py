@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 
 from fairseq_distill.errors import DistillError
+from fairseq_distill.seeding import seeded_generator
 
 
 class TrainingDraws:
@@ -39,9 +40,7 @@ class TrainingDraws:
             self.num_updates, self.index = num_updates, 0
 
     def generator(self) -> torch.Generator:
-        g = torch.Generator()
-        mixed = (((self.seed * 1_000_003 + self.num_updates) * 10_007 + self.index) * 101 + self.stream)
-        g.manual_seed(mixed % (2**63 - 1))
+        g = seeded_generator(self.seed, self.num_updates, self.index, self.stream)
         self.index += 1
         return g
 

@@ -24,6 +24,7 @@ from omegaconf import II
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import unwrap_model
+from fairseq_distill.seeding import seeded_generator
 from fairseq_distill.tasks.translation_distill import TranslationDistillConfig, TranslationDistillTask
 
 COUNTS = ("ntokens", "nsentences", "sample_size")
@@ -55,8 +56,7 @@ class MultiDepthTranslationTask(TranslationDistillTask):
         """The (encoder depth, decoder depth) pairs to train on this update."""
         enc, dec = self.flexible(model).depths
         if update_num is not None and (self.cfg.sample_encoder_depths or self.cfg.sample_decoder_depths):
-            g = torch.Generator()
-            g.manual_seed((int(self.cfg.seed) * 1_000_003 + int(update_num)) % (2**63 - 1))
+            g = seeded_generator(self.cfg.seed, update_num)
 
             def sample(depths, k):
                 if not k or k >= len(depths):

@@ -49,6 +49,7 @@ class SeqKDJob:
     merge: bool = False  # only merge existing shards
     on_missing: str = "fail"  # or "reference"
     max_len_ratio: Optional[float] = None
+    allow_size_only_dictionary_check: bool = False  # teacher dictionaries not found: compare sizes
 
 
 def data_langs(data_bin, meta, args):
@@ -72,25 +73,20 @@ def shard_path(work, shard_id, num_shards):
     return os.path.join(work, f"shard{shard_id}-of-{num_shards}.jsonl")
 
 
-def check_teacher_dictionaries(teachers, data_bin, src, tgt):
+def check_teacher_dictionaries(teachers, data_bin, src, tgt, allow_size_only=False):
     """The teacher must share the data's dictionaries, or its ids mean other words."""
-    from fairseq_distill import compat
-    from fairseq_distill.teacher import check_same_dictionary, dictionaries_of_checkpoint
+    from fairseq_distill import teacher
 
     src_dict = Dictionary.load(os.path.join(data_bin, f"dict.{src}.txt"))
     tgt_dict = Dictionary.load(os.path.join(data_bin, f"dict.{tgt}.txt"))
-    for path in teachers.split(":"):
-        if not os.path.isfile(path):
-            raise DistillError(f"teacher checkpoint not found: '{path}'")
-        found = dictionaries_of_checkpoint(compat.load_checkpoint(path), path)
-        if found is not None:
-            check_same_dictionary("source", src_dict, found[0], path)
-            check_same_dictionary("target", tgt_dict, found[1], path)
+    for path in teacher.split_teacher_paths(teachers):
+        state = teacher.read_teacher_checkpoint(path)
+        teacher.check_teacher_dictionaries(state, path, src_dict, tgt_dict, allow_size_only)
 
 
 def generate_shard(args, src, tgt, total):
     os.makedirs(args.work, exist_ok=True)
-    check_teacher_dictionaries(args.teacher, args.data, src, tgt)
+    check_teacher_dictionaries(args.teacher, args.data, src, tgt, args.allow_size_only_dictionary_check)
     gen_args = [
         "--beam", str(args.beam), "--nbest", "1", "--lenpen", str(args.lenpen),
         "--max-len-a", str(args.max_len_a), "--max-len-b", str(args.max_len_b),

@@ -33,32 +33,69 @@ def split_teacher_paths(spec: str) -> List[str]:
     return paths
 
 
-def dictionaries_of_checkpoint(state, path) -> Optional[Tuple[List[str], List[str]]]:
-    """The (source, target) symbol lists a checkpoint was trained with, if they can be found.
+def training_data_candidates(state, path) -> List[str]:
+    """Where the data directory a checkpoint was trained on may be now.
 
-    Checkpoints written by this plugin carry them in ``task_state``; for others we look
-    for ``dict.{lang}.txt`` in the data directory the checkpoint was trained on.
+    fairseq stores ``--data`` and ``--save-dir`` as they were typed, relative to the working
+    directory of that training run. When the checkpoint still sits in its save dir, that
+    directory is the checkpoint's folder less the save dir's own path; otherwise we try the
+    current directory and the checkpoint's folder and its parents.
+    """
+    cfg = state.get("cfg")
+    task_cfg = cfg.get("task") if cfg is not None else None
+    data = str((task_cfg.get("data") if task_cfg is not None else "") or "").split(":")[0]
+    if not data:
+        return []
+    if os.path.isabs(data):
+        return [data]
+    folder = os.path.dirname(os.path.abspath(path))
+    roots = []
+    save_dir = str(((cfg.get("checkpoint") or {}).get("save_dir")) or "")
+    if save_dir and not os.path.isabs(save_dir):
+        parts = os.path.normpath(save_dir).split(os.sep)
+        if folder.split(os.sep)[-len(parts):] == parts:
+            roots.append(os.sep.join(folder.split(os.sep)[:-len(parts)]) or os.sep)
+    roots.append(os.getcwd())
+    while True:
+        roots.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    seen, candidates = set(), []
+    for root in roots:
+        candidate = os.path.normpath(os.path.join(root, data))
+        if candidate not in seen:
+            seen.add(candidate)
+            candidates.append(candidate)
+    return candidates
+
+
+def dictionaries_of_checkpoint(state, path) -> Tuple[Optional[Tuple[List[str], List[str]]], List[str]]:
+    """The (source, target) symbol lists a checkpoint was trained with, if they can be found,
+    and the directories that were searched.
+
+    Checkpoints written by this plugin carry them in ``task_state``; for others we look for
+    ``dict.{lang}.txt`` in the data directory the checkpoint was trained on.
     """
     stored = (state.get("task_state") or {}).get(DICTIONARIES_KEY)
     if stored:
-        return list(stored["source"]), list(stored["target"])
-    task_cfg = state["cfg"].get("task") if state.get("cfg") is not None else None
-    if task_cfg is None:
-        return None
-    data = str(task_cfg.get("data") or "").split(":")[0]
-    if not (data and os.path.isdir(data)):
-        return None
-    src, tgt = task_cfg.get("source_lang"), task_cfg.get("target_lang")
-    if not (src and tgt):  # fairseq infers them from the file names when not given
-        from fairseq.data import data_utils
+        return (list(stored["source"]), list(stored["target"])), []
+    cfg = state.get("cfg")
+    task_cfg = cfg.get("task") if cfg is not None else None
+    searched = training_data_candidates(state, path)
+    for data in searched:
+        if not os.path.isdir(data):
+            continue
+        src, tgt = task_cfg.get("source_lang"), task_cfg.get("target_lang")
+        if not (src and tgt):  # fairseq infers them from the file names when not given
+            from fairseq.data import data_utils
 
-        src, tgt = data_utils.infer_language_pair(data)
-    if not (src and tgt):
-        return None
-    files = [os.path.join(data, f"dict.{lang}.txt") for lang in (src, tgt)]
-    if not all(os.path.isfile(f) for f in files):
-        return None
-    return tuple(Dictionary.load(f).symbols for f in files)
+            src, tgt = data_utils.infer_language_pair(data)
+        files = [os.path.join(data, f"dict.{lang}.txt") for lang in (src, tgt)] if src and tgt else []
+        if files and all(os.path.isfile(f) for f in files):
+            return tuple(Dictionary.load(f).symbols for f in files), searched
+    return None, searched
 
 
 def check_same_dictionary(side: str, student: Dictionary, teacher_symbols: Sequence[str], path: str):
@@ -77,12 +114,34 @@ def check_same_dictionary(side: str, student: Dictionary, teacher_symbols: Seque
         )
 
 
-def check_embedding_sizes(state, task, path):
-    """Fallback when the teacher's dictionaries cannot be found: compare vocabulary sizes."""
+SIZE_ONLY_FLAG = "--allow-size-only-dictionary-check"
+
+
+def check_teacher_dictionaries(state, path, source_dict: Dictionary, target_dict: Dictionary,
+                               allow_size_only: bool = False):
+    """The teacher must share the data's dictionaries, or its ids mean other words.
+
+    When neither the checkpoint nor its training data directory holds its dictionaries,
+    this fails unless ``allow_size_only``: then only the vocabulary sizes are compared.
+    """
+    found, searched = dictionaries_of_checkpoint(state, path)
+    if found is not None:
+        check_same_dictionary("source", source_dict, found[0], path)
+        check_same_dictionary("target", target_dict, found[1], path)
+        return
+    if not allow_size_only:
+        where = ", ".join(f"'{d}'" for d in searched) or "none (the checkpoint names no data directory)"
+        raise DistillError(
+            f"teacher {path}: its dictionaries cannot be found, so it cannot be checked against the "
+            f"data: they are not stored in the checkpoint (it was not trained with --task "
+            f"translation_distill) and no dict.*.txt was found in its training data directory "
+            f"(looked in: {where}). Run from the directory it was trained in, or, if you are sure it "
+            f"was trained with these dictionaries, pass {SIZE_ONLY_FLAG} to compare vocabulary sizes only"
+        )
     weights = state["model"]
     for side, key, dictionary in (
-        ("source", "encoder.embed_tokens.weight", task.source_dictionary),
-        ("target", "decoder.embed_tokens.weight", task.target_dictionary),
+        ("source", "encoder.embed_tokens.weight", source_dict),
+        ("target", "decoder.embed_tokens.weight", target_dict),
     ):
         if key in weights and weights[key].size(0) != len(dictionary):
             raise DistillError(
@@ -91,12 +150,12 @@ def check_embedding_sizes(state, task, path):
             )
     logger.warning(
         f"teacher {path}: its dictionaries were not found (neither in the checkpoint nor in its "
-        f"training data directory); only the vocabulary sizes could be checked"
+        f"training data directory); {SIZE_ONLY_FLAG}: only the vocabulary sizes were checked"
     )
 
 
-def load_teacher(path: str, task) -> FairseqEncoderDecoderModel:
-    """Load one frozen teacher from ``path`` for a task holding the student's dictionaries."""
+def read_teacher_checkpoint(path: str) -> dict:
+    """A teacher checkpoint's state, with clear errors for a missing or unreadable file."""
     if not os.path.isfile(path):
         raise DistillError(f"teacher checkpoint not found: '{path}' (no such file)")
     if not os.access(path, os.R_OK):
@@ -107,13 +166,13 @@ def load_teacher(path: str, task) -> FairseqEncoderDecoderModel:
         raise DistillError(f"cannot read teacher checkpoint '{path}': {type(e).__name__}: {e}") from e
     if not isinstance(state, dict) or "model" not in state or state.get("cfg") is None:
         raise DistillError(f"'{path}' is not a fairseq checkpoint (no 'model' weights and 'cfg')")
+    return state
 
-    dictionaries = dictionaries_of_checkpoint(state, path)
-    if dictionaries is None:
-        check_embedding_sizes(state, task, path)
-    else:
-        check_same_dictionary("source", task.source_dictionary, dictionaries[0], path)
-        check_same_dictionary("target", task.target_dictionary, dictionaries[1], path)
+
+def load_teacher(path: str, task, allow_size_only: bool = False) -> FairseqEncoderDecoderModel:
+    """Load one frozen teacher from ``path`` for a task holding the student's dictionaries."""
+    state = read_teacher_checkpoint(path)
+    check_teacher_dictionaries(state, path, task.source_dictionary, task.target_dictionary, allow_size_only)
 
     model_cfg = state["cfg"].model
     try:
@@ -141,9 +200,9 @@ class TeacherEnsemble:
         self.paths = list(paths)
 
     @classmethod
-    def load(cls, spec: str, task) -> "TeacherEnsemble":
+    def load(cls, spec: str, task, allow_size_only: bool = False) -> "TeacherEnsemble":
         paths = split_teacher_paths(spec)
-        models = [load_teacher(p, task) for p in paths]
+        models = [load_teacher(p, task, allow_size_only) for p in paths]
         for p, m in zip(paths, models):
             n = sum(t.numel() for t in m.parameters())
             logger.info(f"teacher {p}: {type(m).__name__}, {n:,} parameters, frozen")

@@ -41,6 +41,9 @@ def build_parser():
                    help="generate only this shard (no merge); without it all shards are generated and merged")
     p.add_argument("--merge", action="store_true", help="only merge existing shards into --out")
     p.add_argument("--on-missing", choices=["fail", "reference"], default="fail")
+    p.add_argument("--allow-size-only-dictionary-check", action="store_true",
+                   help="accept a teacher whose dictionaries cannot be found (not in the checkpoint, no "
+                   "training data directory) after comparing vocabulary sizes only")
     p.add_argument("--max-len-ratio", type=float, default=None)
     return p
 

@@ -10,7 +10,7 @@ the job of the ``translation_multidepth`` task; decoding picks one pair:
     fairseq-generate ... --user-dir fairseq_distill \\
         --model-overrides "{'encoder_depth': 6, 'decoder_depth': 3}"
 
-``scripts/export_subnetwork.py`` turns one pair into an ordinary ``transformer`` checkpoint.
+``fsd-export-subnetwork`` turns one pair into an ordinary ``transformer`` checkpoint.
 """
 import contextlib
 

@@ -31,6 +31,11 @@ class TranslationDistillConfig(TranslationConfig):
             "whose probabilities are averaged"
         },
     )
+    allow_size_only_dictionary_check: bool = field(
+        default=False,
+        metadata={"help": "accept a teacher whose dictionaries cannot be found (not in the checkpoint, "
+                  "no training data directory) after comparing vocabulary sizes only"},
+    )
 
 
 @register_task("translation_distill", dataclass=TranslationDistillConfig)
@@ -85,7 +90,8 @@ class TranslationDistillTask(TranslationTask):
                     f"criterion {criterion_name} distils from a teacher: pass --teacher-path "
                     f"CHECKPOINT (or several separated by ':')"
                 )
-            self.teacher = TeacherEnsemble.load(self.cfg.teacher_path, self)
+            self.teacher = TeacherEnsemble.load(self.cfg.teacher_path, self,
+                                                self.cfg.allow_size_only_dictionary_check)
         return self.teacher
 
     # The dictionaries travel in every checkpoint (task_state), so that a student can be

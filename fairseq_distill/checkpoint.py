@@ -9,6 +9,12 @@ loads as it is, on any torch version, without ``--user-dir``:
 * the task becomes fairseq's ``translation`` (teacher options dropped);
 * criterion state (distillation-only parameters such as layer projections), optimizer
   state and training progress are dropped.
+
+The plugin's own architectures (``deep_transformer*``, ``flexible_transformer``) are code
+that stock fairseq does not have: their exports load in ``fairseq-generate`` only with
+``--user-dir fairseq_distill``. Without it stock fairseq fails while formatting its own
+"unknown model" message (``KeyError: "'no_progress_bar'"``), before anything a checkpoint
+holds could explain it, so the export says so when it writes one (``needs_plugin``).
 """
 import argparse
 import dataclasses
@@ -50,6 +56,14 @@ def count_parameters(weights: dict) -> int:
             seen.add(key)
             total += tensor.numel()
     return total
+
+
+def plugin_architecture(arch: Optional[str]) -> bool:
+    """True for an architecture registered by this plugin rather than by fairseq."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    model = ARCH_MODEL_REGISTRY.get(arch)
+    return model is not None and model.__module__.startswith("fairseq_distill.")
 
 
 def load_checkpoint(path: str) -> dict:
@@ -95,9 +109,11 @@ def export_decoding_checkpoint(src: str, dst: str, model_weights: Optional[dict]
     torch.save(out, dst)
     # the point of the format: it loads with torch's restricted unpickler
     torch.load(dst, map_location="cpu", weights_only=True)
+    arch = cfg["model"].get("_name")
     return {
         "path": dst,
-        "arch": cfg["model"].get("_name"),
+        "arch": arch,
+        "needs_plugin": plugin_architecture(arch),
         "parameters": count_parameters(weights),
         "num_updates": num_updates,
         "dropped_criterion_tensors": len(state.get("criterion") or {}),

@@ -1,6 +1,10 @@
-"""Export a trained student as a clean decoding checkpoint that stock fairseq loads.
+"""Export a trained student as a clean decoding checkpoint.
 
     fsd-export-student checkpoints/checkpoint_best.pt student.pt
+
+Students of fairseq's architectures (``transformer``) load in stock fairseq without the
+plugin; the plugin's own (``deep_transformer*``, ``flexible_transformer``) need
+``--user-dir fairseq_distill`` to decode, and the export says which it wrote.
 """
 import argparse
 
@@ -19,6 +23,12 @@ def main(argv=None):
         f"{info['num_updates']} updates; dropped {info['dropped_criterion_tensors']} "
         f"criterion tensors, optimizer state and training progress"
     )
+    if info["needs_plugin"]:
+        print(f"[export] {info['arch']} is an architecture of this plugin: decode it with "
+              f"fairseq-generate ... --user-dir fairseq_distill (or fsd-translate); stock fairseq "
+              f"without the plugin cannot build it")
+    else:
+        print("[export] stock fairseq-generate loads it without --user-dir")
 
 
 if __name__ == "__main__":

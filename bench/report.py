@@ -1,6 +1,7 @@
 """The benchmark summary, rendered from the committed results only (nothing is run or
 measured): every teacher and student row of every recipe, with the CTranslate2 exports,
-as one Markdown table and one plot of BLEU against decoding speed.
+as one Markdown table and one plot of BLEU against decoding speed, followed by each
+recipe's own table (the one its ``<recipe>.md`` and the README show).
 
     .venv/bin/python bench/report.py [--results bench/results] [--out bench/results]
 
@@ -24,16 +25,29 @@ sys.path.insert(0, os.path.dirname(BENCH))
 from fairseq_distill.cli.common import run_cli  # noqa: E402
 from fairseq_distill.errors import DistillError  # noqa: E402
 from fairseq_distill.plotting import pyplot  # noqa: E402
+from bench.runner.results import markdown_table  # noqa: E402
+
+
+def recipe_results(results_dir):
+    """The results files of recipes (not those of analyses), by recipe name."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(results_dir, "*.json"))):
+        with open(path) as f:
+            meta = json.load(f)
+        if "config" in meta and isinstance(meta.get("rows"), list):
+            found[meta["recipe"]] = meta
+    return found
+
+
+def recipe_table(meta) -> str:
+    """A recipe's table as the runner wrote it, from its results file alone."""
+    return markdown_table(meta["rows"], {r["name"]: r.get("run") for r in meta["rows"] + meta.get("seqkd", [])})
 
 
 def recipe_rows(results_dir):
     """One entry per distinct training run across the recipes' results files."""
     merged = {}
-    for path in sorted(glob.glob(os.path.join(results_dir, "*.json"))):
-        with open(path) as f:
-            meta = json.load(f)
-        if "config" not in meta or not isinstance(meta.get("rows"), list):
-            continue  # an analysis' results, not a recipe's
+    for meta in recipe_results(results_dir).values():
         for r in meta["rows"]:
             same_run = (r["name"], r.get("key"), r["bleu"], r.get("tokens_per_second"))
             if same_run in merged:
@@ -135,10 +149,14 @@ def report(results_dir, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     plot(rows, os.path.join(out_dir, "summary.png"), caption)
     table = summary_table(rows)
+    sections = [f"## {name}\n\n`{meta['config']}`, beam {meta['rows'][0]['beam'] if meta['rows'] else '-'}; "
+                f"as in `{name}.md`.\n\n{recipe_table(meta)}\n"
+                for name, meta in recipe_results(results_dir).items()]
     with open(os.path.join(out_dir, "summary.md"), "w") as f:
         f.write(f"# Summary: every teacher and student\n\nRendered by `bench/report.py` from the results "
                 f"files in this directory; a run several recipes share is one row.\n\n"
-                f"![BLEU against decoding speed](summary.png)\n\n{caption}\n\n{table}\n")
+                f"![BLEU against decoding speed](summary.png)\n\n{caption}\n\n{table}\n\n"
+                f"# Each recipe's table\n\n" + "\n".join(sections))
     print(table)
     print(f"[report] wrote {os.path.join(out_dir, 'summary.md')} and summary.png "
           f"({len(rows) - len(unplotted)} of {len(rows)} rows plotted)")

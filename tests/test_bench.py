@@ -151,8 +151,19 @@ def test_report_renders_the_summary_from_the_results_files_only(tmp_path):
     assert "| foundation_ctranslate2 | student-seqkd-wordkd | student | ctranslate2 (int8) |" in summary
     assert "| unmeasured | student | fairseq | 2+2, 64, 256 | 0.75M | 4 | 25.10 | not measured (not plotted) |" in summary
     assert "listed in the table but not plotted (1 here)" in summary
-    rows = summary.count("\n| ") - 1  # less the header
+    rows = summary.split("# Each recipe's table")[0].count("\n| ") - 1  # less the header
     assert f"({rows - 1} of {rows} rows plotted)" in out
     with open(tmp_path / "out" / "summary.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-    assert not os.path.exists(results / "summary.md")  # --out, not the results directory
+    # --out, not the results directory
+    assert open(results / "summary.md").read() == open(os.path.join(REPO, "bench", "results", "summary.md")).read()
+    # each recipe's table, rendered from its JSON alone, is the one its committed .md holds
+    sys.path.insert(0, REPO)
+    from bench.report import recipe_results, recipe_table
+
+    committed = recipe_results(os.path.join(REPO, "bench", "results"))
+    assert set(committed) == {"foundation", "layer_kd", "a2d", "gpkd", "flexible_depth"}
+    for name, meta in committed.items():
+        table = recipe_table(meta)
+        assert open(os.path.join(REPO, "bench", "results", f"{name}.md")).read().endswith(table + "\n"), name
+        assert table in summary or name == "foundation", name  # foundation.json was changed above

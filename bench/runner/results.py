@@ -60,7 +60,7 @@ def markdown_table(rows, runs: Dict[str, str] = None) -> str:
             f"| {r['name']}{' ‡' if other else ''} | {s['encoder-layers']}+{s['decoder-layers']}, {s['encoder-embed-dim']}, "
             f"{s['encoder-ffn-embed-dim']} | {r['parameters'] / 1e6:.2f}M | {kd} | {r['data']} | "
             f"{r['epochs']} | {r['updates']} | {r['train_seconds'] / 60:.1f} min{mark} | "
-            f"{r['bleu']:.2f} | {r['tokens_per_second']:.0f} |"
+            f"{r['bleu']:.2f} | {'-' if r.get('tokens_per_second') is None else format(r['tokens_per_second'], '.0f')} |"
         )
     if mixed:
         lines.append(f"\n† trained before the runner's speed set-up ({SPEED_SETUP}): its steps ran up to "

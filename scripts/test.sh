@@ -1,6 +1,51 @@
 #!/usr/bin/env bash
-# Set up the environment if needed, then run the test suite. Extra arguments go to pytest.
+# Set up the environment if needed (scripts/setup_env.sh), then run the tests; extra
+# arguments go to pytest. Tiers (pytest.ini, tests/conftest.py):
+#   scripts/test.sh fast [ARGS]   the fast tier: unit tests and tiny in-process runs (-m "not slow")
+#   scripts/test.sh [all] [ARGS]  the fast tier, then the slow one (-m slow: fairseq-train,
+#                                 fairseq-generate and fsd-* runs in subprocesses); each test once,
+#                                 and a failing fast tier ends the run before the slow one
+# A tier that selects no tests fails, unless ARGS narrowed the selection and the other tier ran tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tier=all
+case "${1:-}" in fast|all) tier=$1; shift ;; esac
 bash scripts/setup_env.sh
-exec .venv/bin/python -m pytest tests -q -p no:cacheprovider "$@"
+
+# runs one tier; sets rc to pytest's exit code
+run_tier() {
+  local name=$1 expr=$2; shift 2
+  echo "[test] $name tier: pytest -m \"$expr\" $*"
+  rc=0
+  .venv/bin/python -m pytest -q -p no:cacheprovider -m "$expr" "$@" || rc=$?
+}
+
+run_tier fast "not slow" "$@"
+fast=$rc
+if [ "$tier" = fast ]; then
+  [ "$fast" -eq 5 ] && echo "[test] the fast tier selected no tests"
+  exit "$fast"
+fi
+if [ "$fast" -ne 0 ] && [ "$fast" -ne 5 ]; then
+  echo "[test] the fast tier failed (exit $fast); the slow tier was not run"
+  exit "$fast"
+fi
+run_tier slow "slow" "$@"
+slow=$rc
+if [ "$slow" -ne 0 ] && [ "$slow" -ne 5 ]; then
+  exit "$slow"
+fi
+if [ "$fast" -eq 5 ] && [ "$slow" -eq 5 ]; then
+  echo "[test] neither tier selected any test"
+  exit 5
+fi
+for t in fast slow; do
+  if [ "${!t}" -eq 5 ]; then
+    if [ "$#" -eq 0 ]; then
+      echo "[test] the $t tier has no tests at all: the markers are lost (pytest.ini, tests/conftest.py)"
+      exit 5
+    fi
+    echo "[test] the $t tier: no tests among those selected ($*)"
+  fi
+done
+echo "[test] both tiers passed"

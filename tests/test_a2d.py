@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from distill_setup import build, first_batch
+from helpers import assert_weighted_sum, build, distill_loss, first_batch
 from fairseq_distill.terms.attention import AttentionAlignment, parse_attention_types
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import FeatureRequest, attention_modules, run_with_features
@@ -215,19 +215,13 @@ def test_decay_schedule_follows_fairseq_epoch(tiny_data, deep_teacher):
     ("decoder_cross", {"decoder_cross"}),
 ])
 def test_loss_weights_gradients_and_parameters(tiny_data, deep_teacher, types, expected):
-    cfg, task, model = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
-                             "--a2d-attention-types", types, criterion="a2d")
-    crit = task.build_criterion(cfg.criterion)
+    task, _, crit, loss, logs = distill_loss(tiny_data, deep_teacher, "a2d", "--a2d-attention-types", types)
     assert set(crit.terms["attn"].aams) == expected  # disabled types create no parameters
     teacher_heads = {"encoder_self": 3 * 2, "decoder_self": 2 * 2, "decoder_cross": 2 * 2}
     for kind, aam in crit.terms["attn"].aams.items():
         assert aam.weight.shape == (teacher_heads[kind], 1 * 2)  # student: 1 layer x 2 heads
-    model.train()
-    crit.train()
-    loss, _, logs = crit(model, first_batch(task))
     # defaults: (1 − α)·CE + α·KD + β·decay^0·attention, α = 0.5, β = 1
-    want = 0.5 * logs["ce_loss"] + 0.5 * logs["kd_loss"] + 1.0 * logs["attn_loss"]
-    assert loss.item() == pytest.approx(want.item(), rel=1e-5)
+    assert_weighted_sum(loss, logs, {"ce_loss": 0.5, "kd_loss": 0.5, "attn_loss": 1.0})
     assert logs["attn_loss"].item() > 0
     loss.backward()
     for name, p in crit.named_parameters():

@@ -5,9 +5,12 @@ import re
 import pytest
 import torch
 
-from conftest import PACKAGE_DIR, fairseq_train, python_module, run
-from distill_setup import build_trainer
-from test_cli import stock_env
+from helpers import (
+    assert_heatmap_refuses_exported, build_trainer, distill_train, export_drops_criterion_and_decodes_stock,
+    python_module, run,
+)
+
+pytestmark = pytest.mark.slow  # every test trains with fairseq-train
 
 
 def epoch_summaries(out):
@@ -21,8 +24,7 @@ def epoch_summaries(out):
 
 
 def train(data, teacher, save, *extra):
-    return fairseq_train(data, save, "--user-dir", PACKAGE_DIR, "--task", "translation_distill",
-                         "--teacher-path", teacher, "--criterion", "a2d", *extra).stdout
+    return distill_train(data, teacher, save, "a2d", *extra)
 
 
 def test_a2d_train_resume_schedule_export_generate_heatmap(tiny_data, deep_teacher, tmp_path):
@@ -57,13 +59,7 @@ def test_a2d_train_resume_schedule_export_generate_heatmap(tiny_data, deep_teach
 
     # the decoding checkpoint has no alignment module and decodes in stock fairseq-generate
     exported = str(tmp_path / "student.pt")
-    msg = run(python_module("fairseq_distill.cli.export_student", f"{save}/checkpoint_best.pt", exported)).stdout
-    assert re.search(r"dropped [1-9]\d* criterion tensors", msg)
-    state = torch.load(exported, weights_only=True)
-    assert "criterion" not in state and not any("aam" in k for k in state["model"])
-    gen = run(python_module("fairseq_cli.generate", tiny_data, "--path", exported, "--cpu", "--beam", "1",
-                            "--max-len-b", "5", "--batch-size", "16"), env=stock_env())
-    assert "Translated 40 sentences" in gen.stdout
+    export_drops_criterion_and_decodes_stock(tiny_data, f"{save}/checkpoint_best.pt", exported, "aam")
 
     # heat maps of the learned alignment, per attention type
     png = str(tmp_path / "a2d.png")
@@ -78,8 +74,7 @@ def test_a2d_train_resume_schedule_export_generate_heatmap(tiny_data, deep_teach
     assert enc["weight"][4][1] == pytest.approx(final["aams.encoder_self.weight"][4, 1].item(), abs=1e-5)
     assert "encoder_self: 1x2 student heads -> 3x2 teacher heads" in out
 
-    proc = run(python_module("fairseq_distill.cli.a2d_heatmap", exported, "--out", png), check=False)
-    assert proc.returncode != 0 and "has no criterion state" in proc.stdout
+    assert_heatmap_refuses_exported("fairseq_distill.cli.a2d_heatmap", exported, png)
 
 
 def test_student_with_more_heads_than_teacher(tiny_data, deep_teacher, tmp_path):

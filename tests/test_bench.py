@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-from conftest import REPO, run, tiny_recipe
+from helpers import REPO, run, tiny_recipe
+
+pytestmark = pytest.mark.slow  # the bench scripts run in their own processes
 
 SMALL = {"arch": "transformer", "encoder-layers": 1, "decoder-layers": 1, "encoder-embed-dim": 16,
          "decoder-embed-dim": 16, "encoder-ffn-embed-dim": 32, "decoder-ffn-embed-dim": 32,

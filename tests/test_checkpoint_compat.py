@@ -5,8 +5,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import PACKAGE_DIR, REPO, TINY_MODEL, TRAIN_FLAGS, python_module, run
-from distill_setup import build_trainer, first_batch
+from helpers import PACKAGE_DIR, REPO, TINY_MODEL, TRAIN_FLAGS, build_trainer, first_batch, python_module, run
 
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "v0_1_checkpoints")
 DATA = os.path.join(FIXTURES, "data-bin")

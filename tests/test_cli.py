@@ -3,29 +3,23 @@ import json
 import os
 import re
 
+import pytest
 import torch
 
-from conftest import PACKAGE_DIR, fairseq_train, python_module, run
+from helpers import PACKAGE_DIR, distill_train, prepare_corpus_argv, python_module, run, stock_env, \
+    write_raw_corpus
 
-STOCK_ENV_KEYS_TO_DROP = ("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_WEIGHTS_ONLY_LOAD")
-
-
-def stock_env():
-    """The environment of a user running stock fairseq: no weights_only escape hatches."""
-    return {k: v for k, v in os.environ.items() if k not in STOCK_ENV_KEYS_TO_DROP}
+pytestmark = pytest.mark.slow  # the command-line tools, run as a user runs them
 
 
 def train_student(tiny_data, tiny_teacher, save_dir, *extra):
-    return fairseq_train(
-        tiny_data, save_dir, "--user-dir", PACKAGE_DIR, "--task", "translation_distill",
-        "--teacher-path", tiny_teacher, "--criterion", "word_kd", "--kd-weight", "0.5",
-        "--max-update", "4", *extra,
-    )
+    return distill_train(tiny_data, tiny_teacher, save_dir, "word_kd", "--kd-weight", "0.5",
+                         "--max-update", "4", *extra)
 
 
 def test_word_kd_training_then_stock_generate(tiny_data, tiny_teacher, tmp_path):
     save = str(tmp_path / "student")
-    out = train_student(tiny_data, tiny_teacher, save).stdout
+    out = train_student(tiny_data, tiny_teacher, save)
     # every term is logged separately during training, plain losses in validation
     train_lines = [l for l in out.splitlines() if "| train |" in l]
     assert train_lines and all(k in train_lines[-1] for k in ("kd_loss", "ce_loss", "nll_loss"))
@@ -74,24 +68,16 @@ def test_evaluate_writes_bleu_record(tiny_data, tiny_teacher, tmp_path):
 def test_resume_continues_training(tiny_data, tiny_teacher, tmp_path):
     save = str(tmp_path / "student")
     train_student(tiny_data, tiny_teacher, save)
-    out = train_student(tiny_data, tiny_teacher, save, "--max-update", "6").stdout
+    out = train_student(tiny_data, tiny_teacher, save, "--max-update", "6")
     assert "Loaded checkpoint" in out
     state = torch.load(f"{save}/checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == 6
 
 
 def test_subword_nmt_preparation_is_lossless(tmp_path):
-    from conftest import write_slice
-
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    write_slice(raw, "train", "train", 200)
-    write_slice(raw, "valid", "val", 10)
-    write_slice(raw, "test", "test_2016_flickr", 10)
+    raw = write_raw_corpus(tmp_path / "raw", 200, 10, 10)
     out = tmp_path / "prep"
-    run(python_module("fairseq_distill.cli.prepare_corpus", "-s", "de", "-t", "en", "--bpe", "subword_nmt",
-                      "--vocab-size", "300", "--train-prefix", str(raw / "train"), "--valid-prefix",
-                      str(raw / "valid"), "--test-prefix", str(raw / "test"), "--out", str(out)))
+    run(prepare_corpus_argv(raw, out, "--bpe", "subword_nmt", "--vocab-size", "300"))
     tok = open(out / "tok" / "test.en", encoding="utf-8").read().splitlines()
     ref = open(raw / "test.en", encoding="utf-8").read().splitlines()
     assert any("@@ " in line for line in tok)

@@ -4,7 +4,9 @@ import os
 import re
 import sys
 
-from conftest import REPO, run
+import pytest
+
+from helpers import REPO, run
 
 BIN = os.path.dirname(sys.executable)
 
@@ -26,12 +28,14 @@ def test_the_readme_documents_console_scripts_only():
     assert not [m for m in re.findall(r"scripts/([\w.]+)", readme) if m not in kept]
 
 
+@pytest.mark.slow
 def test_every_console_script_starts():
     for tool in installed_tools():
         out = run([os.path.join(BIN, tool), "--help"]).stdout
         assert re.search(rf"usage: {tool}\b", out), (tool, out[-1000:])
 
 
+@pytest.mark.slow
 def test_bad_depth_lists_are_named_not_a_traceback(tmp_path):
     for tool, args in (("fsd-depth-strategies", ["--encoder-layers", "12"]),
                        ("fsd-evaluate-depths", [str(tmp_path / "model.pt"), str(tmp_path), "--out", str(tmp_path / "o")])):

@@ -5,9 +5,11 @@ import sys
 
 import pytest
 
-from conftest import PACKAGE_DIR, fairseq_train, python_module, run
+from helpers import PACKAGE_DIR, fairseq_train, python_module, run
 from fairseq_distill.segmentation import Segmenter
 from fairseq_distill.translators import CTranslate2Translator, DecodingOptions, translate_lines
+
+pytestmark = pytest.mark.slow  # a model trained with fairseq-train until it writes real sentences
 
 pytest.importorskip("ctranslate2")
 

@@ -7,9 +7,10 @@ import pytest
 import torch
 from fairseq import checkpoint_utils
 
-from conftest import PACKAGE_DIR, fairseq_train, python_module, run
-from distill_setup import build, first_batch
+from helpers import PACKAGE_DIR, build, fairseq_train, first_batch, python_module, run
 from fairseq_distill.modules.layer_stack import StochasticLayerStack
+
+pytestmark = pytest.mark.slow  # a GPKD teacher trained with fairseq-train; extraction commands
 
 # widths come from the tiny model flags (16 wide, FFN 32, 2 heads); 4 + 2 layers in groups of 2
 DEEP = ["--user-dir", PACKAGE_DIR, "--arch", "deep_transformer", "--encoder-layers", "4",

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from conftest import python_module, run
+from helpers import python_module, run
 from fairseq_distill.depth_strategies import (STRATEGIES, DepthError, average_layer_distance, plan,
                                               supported_depths, task_balance)
 
@@ -68,6 +68,7 @@ def test_restricted_depths_and_errors():
         plan(12, [1], "middle")
 
 
+@pytest.mark.slow
 def test_command_prints_the_table():
     out = run(python_module("fairseq_distill.cli.depth_strategies", "--encoder-layers", "12",
                             "--decoder-layers", "6")).stdout

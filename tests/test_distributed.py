@@ -5,9 +5,12 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import torch
 
-from conftest import PACKAGE_DIR, REPO, TINY_MODEL, TRAIN_FLAGS
+from helpers import PACKAGE_DIR, REPO, TINY_MODEL, TRAIN_FLAGS
+
+pytestmark = pytest.mark.slow  # two training processes per test
 
 
 def free_port():

@@ -6,8 +6,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import TINY_MODEL, python_module, run, write_slice
-from distill_setup import build
+from helpers import PACKAGE_DIR, TINY_MODEL, build, fairseq_train, prepare_corpus_argv, run, write_raw_corpus
 from fairseq_distill.errors import DistillError
 from fairseq_distill.teacher import load_teacher
 
@@ -94,9 +93,8 @@ def test_kd_weight_out_of_range(tiny_data, tiny_teacher):
         task.build_criterion(cfg.criterion)
 
 
+@pytest.mark.slow
 def test_fairseq_train_reports_missing_teacher(tiny_data, tmp_path):
-    from conftest import PACKAGE_DIR, fairseq_train
-
     with pytest.raises(AssertionError) as e:
         fairseq_train(tiny_data, str(tmp_path / "s"), "--user-dir", PACKAGE_DIR, "--task",
                       "translation_distill", "--teacher-path", "/no/such/teacher.pt",
@@ -107,22 +105,15 @@ def test_fairseq_train_reports_missing_teacher(tiny_data, tmp_path):
 # -- corpus preparation --------------------------------------------------------------------
 
 def prepare(tmp_path, raw):
-    return run(python_module("fairseq_distill.cli.prepare_corpus", "-s", "de", "-t", "en",
-                             "--train-prefix", str(raw / "train"), "--valid-prefix", str(raw / "valid"),
-                             "--test-prefix", str(raw / "test"), "--out", str(tmp_path / "out"),
-                             "--vocab-size", "100"), check=False)
+    return run(prepare_corpus_argv(raw, tmp_path / "out", "--vocab-size", "100"), check=False)
 
 
 @pytest.fixture
 def raw(tmp_path):
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    write_slice(raw, "train", "train", 100)
-    write_slice(raw, "valid", "val", 10)
-    write_slice(raw, "test", "test_2016_flickr", 10)
-    return raw
+    return write_raw_corpus(tmp_path / "raw", 100, 10, 10)
 
 
+@pytest.mark.slow
 def test_misaligned_corpus(tmp_path, raw):
     with open(raw / "train.en", "a") as f:
         f.write("one line too many\n")
@@ -131,6 +122,7 @@ def test_misaligned_corpus(tmp_path, raw):
     assert "misaligned train files" in proc.stdout and "has 100 lines but" in proc.stdout and "has 101" in proc.stdout
 
 
+@pytest.mark.slow
 def test_empty_corpus(tmp_path, raw):
     for lang in ("de", "en"):
         open(raw / f"valid.{lang}", "w").close()
@@ -138,6 +130,7 @@ def test_empty_corpus(tmp_path, raw):
     assert proc.returncode != 0 and "empty corpus" in proc.stdout and "valid.de" in proc.stdout
 
 
+@pytest.mark.slow
 def test_blank_line_in_corpus(tmp_path, raw):
     lines = open(raw / "test.de").read().splitlines()
     lines[4] = "  "
@@ -146,6 +139,7 @@ def test_blank_line_in_corpus(tmp_path, raw):
     assert proc.returncode != 0 and "1 blank line(s) (first at line 5)" in proc.stdout
 
 
+@pytest.mark.slow
 def test_missing_corpus_file(tmp_path, raw):
     os.remove(raw / "valid.en")
     proc = prepare(tmp_path, raw)

@@ -7,12 +7,11 @@ import sys
 import pytest
 import torch
 
-from conftest import PACKAGE_DIR, fairseq_train, python_module, run
-from distill_setup import build, first_batch
+from helpers import PACKAGE_DIR, build, fairseq_train, first_batch, python_module, run, stock_env
 from fairseq_distill.depth_strategies import plan
 from fairseq_distill.errors import DistillError
 from fairseq_distill.tasks.translation_multidepth import MultiDepthTranslationTask
-from test_cli import stock_env
+
 from test_distributed import assert_identical_replicas, run_two_ranks
 
 # 4 encoder layers (depths 1, 2, 4) and 2 decoder layers (depths 1, 2): 6 tasks
@@ -118,6 +117,7 @@ def multidepth_checkpoint(tiny_data, tmp_path_factory):
     return str(root / "multi" / "checkpoint_last.pt"), out
 
 
+@pytest.mark.slow
 def test_multitask_training_logs_every_task(multidepth_checkpoint):
     _, out = multidepth_checkpoint
     assert "loading pretrained model from" in out
@@ -139,6 +139,7 @@ def hypotheses(out):
     return {int(m.group(1)): (m.group(2), m.group(3)) for m in re.finditer(r"^H-(\d+)\t(\S+)\t(.*)$", out, re.M)}
 
 
+@pytest.mark.slow
 def test_decoding_at_a_depth_equals_the_exported_subnetwork(tiny_data, multidepth_checkpoint, tmp_path):
     path, _ = multidepth_checkpoint
     generate = ["--cpu", "--beam", "2", "--max-len-b", "8", "--batch-size", "16"]
@@ -161,6 +162,7 @@ def test_decoding_at_a_depth_equals_the_exported_subnetwork(tiny_data, multidept
     assert state["cfg"]["model"]["encoder_layers"] == 2 and state["cfg"]["model"]["_name"] == "transformer"
 
 
+@pytest.mark.slow
 def test_multidepth_data_parallel_replicas_identical(tiny_data, tmp_path):
     out, weights = run_two_ranks(tiny_data, str(tmp_path), [
         *FLEX, "--task", "translation_multidepth_replica_dump", "--criterion", CE,
@@ -169,6 +171,7 @@ def test_multidepth_data_parallel_replicas_identical(tiny_data, tmp_path):
     assert "task_loss_e" in out
 
 
+@pytest.mark.slow
 def test_evaluate_depths_writes_tables_and_heat_map(tiny_data, multidepth_checkpoint, deep_teacher, tmp_path):
     path, _ = multidepth_checkpoint
     out = run(python_module("fairseq_distill.cli.evaluate_depths", path, tiny_data, "--out",

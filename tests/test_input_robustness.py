@@ -10,7 +10,9 @@ import sys
 
 import pytest
 
-from conftest import run
+from helpers import run
+
+pytestmark = pytest.mark.slow  # fsd-prepare-corpus and fsd-translate, run as commands
 
 BIN = os.path.dirname(sys.executable)
 PREPARE = os.path.join(BIN, "fsd-prepare-corpus")
@@ -151,25 +153,18 @@ def test_prepare_names_a_truncated_gzip_file(tmp_path):
     assert_clean_error(proc, f"{raw / 'train.de.gz'} is a truncated gzip file")
 
 
-def test_prepare_names_the_largest_valid_vocab_size(tmp_path):
+@pytest.mark.parametrize("asked,bound", [("100000", "at most"), ("5", "at least")])
+def test_prepare_names_the_valid_vocab_size_nearest_to_the_asked_one(tmp_path, asked, bound):
+    """Too large or too small: the error names the largest or smallest size, which works."""
     raw = write_corpus(tmp_path / "raw")
-    proc = prepare(raw, tmp_path / "prep", check=False, vocab="100000")
-    assert_clean_error(proc, "--vocab-size 100000")
-    largest = re.search(r"at most (\d+)", proc.stdout)
-    assert largest, proc.stdout
+    proc = prepare(raw, tmp_path / "prep", check=False, vocab=asked)
+    assert_clean_error(proc, f"--vocab-size {asked}")
+    named = re.search(bound + r" (\d+)", proc.stdout)
+    assert named, proc.stdout
     # the size it names is one sentencepiece accepts
-    prepare(raw, tmp_path / "prep", vocab=largest.group(1))
+    prepare(raw, tmp_path / "prep", vocab=named.group(1))
     meta = json.loads((tmp_path / "prep" / "bin" / "fairseq_distill.json").read_text())
-    assert meta["made_from"]["options"]["vocab_size"] == int(largest.group(1))
-
-
-def test_prepare_names_the_smallest_valid_vocab_size(tmp_path):
-    raw = write_corpus(tmp_path / "raw")
-    proc = prepare(raw, tmp_path / "prep", check=False, vocab="5")
-    assert_clean_error(proc, "--vocab-size 5")
-    smallest = re.search(r"at least (\d+)", proc.stdout)
-    assert smallest, proc.stdout
-    prepare(raw, tmp_path / "prep", vocab=smallest.group(1))
+    assert meta["made_from"]["options"]["vocab_size"] == int(named.group(1))
 
 
 # -- items 1 and 7: fsd-translate ---------------------------------------------------------

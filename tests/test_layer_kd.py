@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from distill_setup import build, first_batch
+from helpers import assert_weighted_sum, build, distill_loss, first_batch
 from fairseq_distill.terms.fusers import AttentionFuser, CombinationFuser
 from fairseq_distill.features import FeatureRequest, run_with_features
 from fairseq_distill.losses import masked_mse
@@ -152,14 +152,9 @@ def test_captured_teacher_states_equal_layer_by_layer_forward(tiny_data, deep_te
     ("alp_kd", ["--alp-score", "scaled_dot"]), ("ckd", ["--kd-side", "both"]),
 ])
 def test_total_loss_weights(tiny_data, deep_teacher, criterion, extra):
-    cfg, task, model = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
-                             *extra, criterion=criterion)
-    crit = task.build_criterion(cfg.criterion)
-    model.train()
-    loss, _, logs = crit(model, first_batch(task))
+    _, _, crit, loss, logs = distill_loss(tiny_data, deep_teacher, criterion, *extra)
     # defaults: η = 0.1, λ = 0.7, β = 1 − η − λ = 0.2
-    expected = 0.2 * logs["ce_loss"] + 0.1 * logs["kd_loss"] + 0.7 * logs["layer_loss"]
-    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert_weighted_sum(loss, logs, {"ce_loss": 0.2, "kd_loss": 0.1, "layer_loss": 0.7})
     assert logs["layer_loss"].item() > 0
     loss.backward()
     grads = [p.grad for p in crit.parameters()]
@@ -167,11 +162,8 @@ def test_total_loss_weights(tiny_data, deep_teacher, criterion, extra):
 
 
 def test_student_layers_receive_layer_loss_gradient(tiny_data, deep_teacher):
-    cfg, task, model = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
-                             "--kd-weight", "0", "--layer-weight", "1", "--ce-weight", "0", criterion="ckd")
-    crit = task.build_criterion(cfg.criterion)
-    model.train()
-    loss, _, logs = crit(model, first_batch(task))
+    _, model, _, loss, logs = distill_loss(tiny_data, deep_teacher, "ckd", "--kd-weight", "0", "--layer-weight", "1",
+                                           "--ce-weight", "0")
     assert loss.item() == pytest.approx(logs["layer_loss"].item(), rel=1e-6)
     loss.backward()
     assert model.encoder.layers[0].fc1.weight.grad.abs().sum() > 0

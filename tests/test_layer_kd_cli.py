@@ -4,15 +4,16 @@ import re
 import pytest
 import torch
 
-from conftest import PACKAGE_DIR, fairseq_train, python_module, run
-from distill_setup import build_trainer
-from test_cli import stock_env
+from helpers import (
+    assert_heatmap_refuses_exported, build_trainer, distill_train, export_drops_criterion_and_decodes_stock,
+    python_module, run,
+)
+
+pytestmark = pytest.mark.slow  # every test trains with fairseq-train
 
 
 def train(tiny_data, teacher, save, criterion, *extra, updates=3):
-    return fairseq_train(tiny_data, save, "--user-dir", PACKAGE_DIR, "--task", "translation_distill",
-                         "--teacher-path", teacher, "--criterion", criterion,
-                         "--max-update", str(updates), *extra).stdout
+    return distill_train(tiny_data, teacher, save, criterion, "--max-update", str(updates), *extra)
 
 
 @pytest.mark.parametrize("criterion,extra", [
@@ -46,13 +47,7 @@ def test_train_resume_export_generate(tiny_data, deep_teacher, tmp_path, criteri
 
     # the decoding checkpoint has no distillation-only parameters and loads in stock fairseq
     exported = str(tmp_path / "student.pt")
-    msg = run(python_module("fairseq_distill.cli.export_student", f"{save}/checkpoint_best.pt", exported)).stdout
-    assert re.search(r"dropped [1-9]\d* criterion tensors", msg)
-    state = torch.load(exported, weights_only=True)
-    assert "criterion" not in state and not any("fuser" in k for k in state["model"])
-    gen = run(python_module("fairseq_cli.generate", tiny_data, "--path", exported, "--cpu", "--beam", "1",
-                            "--max-len-b", "5", "--batch-size", "16"), env=stock_env())
-    assert "Translated 40 sentences" in gen.stdout
+    export_drops_criterion_and_decodes_stock(tiny_data, f"{save}/checkpoint_best.pt", exported, "fuser")
 
 
 def test_alp_heatmap_export(tiny_data, deep_teacher, tmp_path):
@@ -74,5 +69,4 @@ def test_alp_heatmap_export(tiny_data, deep_teacher, tmp_path):
 
     exported = str(tmp_path / "student.pt")
     run(python_module("fairseq_distill.cli.export_student", f"{save}/checkpoint_last.pt", exported))
-    proc = run(python_module("fairseq_distill.cli.alp_heatmap", exported, "--out", png), check=False)
-    assert proc.returncode != 0 and "has no criterion state" in proc.stdout
+    assert_heatmap_refuses_exported("fairseq_distill.cli.alp_heatmap", exported, png)

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import REPO, run, tiny_recipe
+from helpers import REPO, run, tiny_recipe
 
 sys.path.insert(0, REPO)  # the runner lives in the checkout's bench/, not in the package
 
@@ -44,6 +44,7 @@ TINY = {"encoder-layers": 1, "decoder-layers": 1, "encoder-embed-dim": 16, "deco
         "decoder-attention-heads": 2, "arch": "transformer"}
 
 
+@pytest.mark.slow
 def test_recipe_runs_caches_and_reports(tmp_path):
     config = tiny_recipe(tmp_path, "tiny", {"teacher": TINY, "student": TINY}, [
         {"name": "teacher", "model": "teacher"},
@@ -89,6 +90,7 @@ DEEP = {**TINY, "arch": "deep_transformer", "encoder-layers": 4, "decoder-layers
 SHALLOW = {**TINY, "arch": "deep_transformer", "encoder-layers": 2, "decoder-layers": 1}
 
 
+@pytest.mark.slow
 def test_recipe_gpkd_pipeline_and_two_stage_training(tmp_path):
     """teacher with group permutation -> stage 2 with skipping -> seq-KD data -> extracted student."""
     config = tiny_recipe(tmp_path, "gpkd-tiny", {"teacher": DEEP, "student": SHALLOW}, [
@@ -244,6 +246,7 @@ def test_a_recipes_own_committed_table_wins_over_another_tables_row(tmp_path):
         assert "other" not in found  # a key that does not match is not reused
 
 
+@pytest.mark.slow
 def test_switching_the_evaluated_checkpoint_reevaluates_without_retraining(tmp_path):
     """``eval: {checkpoint: last}`` evaluates the end of the budget instead of checkpoint_best.pt;
     switching it on a finished recipe re-exports and re-evaluates, and trains nothing."""
@@ -280,6 +283,7 @@ def test_switching_the_evaluated_checkpoint_reevaluates_without_retraining(tmp_p
     assert bad.returncode != 0 and "eval checkpoint 'newest' is not one of 'best', 'last'" in bad.stdout
 
 
+@pytest.mark.slow
 def test_a_failing_step_shows_the_end_of_its_log_and_where_the_log_is(tmp_path):
     config = tiny_recipe(tmp_path, "broken", {"bad": {**TINY, "arch": "no_such_arch"}},
                          [{"name": "broken", "model": "bad"}])

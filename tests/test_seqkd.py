@@ -5,8 +5,10 @@ import random
 
 import pytest
 
-from conftest import python_module, run
+from helpers import python_module, run
 from fairseq_distill.seqkd import load_side
+
+pytestmark = pytest.mark.slow  # fsd-seqkd runs as a command (merging, binarizing, teacher decoding)
 
 N_TRAIN = 400
 

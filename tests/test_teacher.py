@@ -3,7 +3,7 @@ import pytest
 import torch
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
-from distill_setup import build, build_trainer, first_batch
+from helpers import build, build_trainer, first_batch
 from fairseq_distill.losses import ensemble_log_probs, log_probs_at, word_kd_loss
 
 

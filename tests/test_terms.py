@@ -5,8 +5,7 @@ import os
 import pytest
 import torch
 
-from conftest import PACKAGE_DIR, REPO, TINY_MODEL, TRAIN_FLAGS, python_module, run
-from distill_setup import build, first_batch
+from helpers import PACKAGE_DIR, REPO, TINY_MODEL, TRAIN_FLAGS, build, first_batch, python_module, run
 from fairseq_distill.errors import DistillError
 
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "v0_1_checkpoints")

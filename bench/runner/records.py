@@ -13,7 +13,6 @@ from typing import Dict, Iterable
 
 import torch
 
-from .config import dependencies
 from .host import SPEED_SETUP, cpu_model
 from .plan import Plan
 

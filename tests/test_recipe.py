@@ -322,3 +322,46 @@ def test_cache_keys_recognise_the_committed_results_and_existing_work_dirs():
             assert plan.keys[row["name"]] == row["key"], (config, row["name"])
             checked += 1
     assert checked >= 48
+
+
+FAIRSEQ_TRAIN_OUTPUT = """\
+2026-11-24 21:54:12 | INFO | fairseq_cli.train | task: TranslationTask
+2026-11-24 21:54:13 | INFO | train_inner | epoch 001:      2 / 12 loss=8.1, nll_loss=8.0, num_updates=2
+2026-11-24 21:54:14 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 7.5 | nll_loss 7.4 | ppl 169 | num_updates 12
+2026-11-24 21:54:14 | INFO | train | epoch 001 | loss 7.9 | nll_loss 7.85 | kd_loss 0.5 | ppl 230 | num_updates 12 | wall 9
+"""
+
+
+class FakeStream:
+    def __init__(self, tty):
+        self.tty, self.text = tty, ""
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_training_progress_shows_epochs_and_their_losses(tty):
+    """One line per epoch with its losses; on a terminal, progress within an epoch in place."""
+    from bench.runner.progress import CountProgress, Terminal, TrainingProgress
+
+    stream = FakeStream(tty)
+    terminal = Terminal(stream)
+    follow = TrainingProgress(terminal, "[1/2] teacher", max_epoch=5)
+    for line in FAIRSEQ_TRAIN_OUTPUT.splitlines(keepends=True):
+        follow(line)
+    CountProgress(terminal, "[1/2] teacher")("decode test:  45%|####5     | 9/20 [00:01<00:01, 8.1sent/s]\n")
+    terminal.say("[1/2] teacher: done")
+    epoch = re.escape("[1/2] teacher: epoch 1/5: loss 7.9, nll_loss 7.85, kd_loss 0.5; valid loss 7.5 (") + r"\d+s\)\n"
+    if tty:
+        assert re.fullmatch(r"\r\x1b\[K\[1/2\] teacher: epoch 1/5, 2/12 batches \(\d+s\)\r\x1b\[K" + epoch
+                            + r"\r\x1b\[K\[1/2\] teacher: decode test 9/20 \(\d+s\)\r\x1b\[K\[1/2\] teacher: done\n",
+                            stream.text), repr(stream.text)
+    else:  # a pipe or a file: whole lines only
+        assert re.fullmatch(epoch + re.escape("[1/2] teacher: done\n"), stream.text), repr(stream.text)

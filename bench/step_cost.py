@@ -25,11 +25,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 import torch  # noqa: E402
-from fairseq import options, tasks  # noqa: E402
-from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
-from fairseq.trainer import Trainer  # noqa: E402
 
-import fairseq_distill  # noqa: E402,F401
+from fairseq_distill.trainer_setup import build_training, first_batch  # noqa: E402
 from bench.runner.execute import finished_recipe  # noqa: E402
 from bench.runner.host import HEAP_MALLOC  # noqa: E402
 from bench.runner.plan import flags  # noqa: E402
@@ -37,17 +34,8 @@ from analysis import is_current, made_from  # noqa: E402
 
 
 def time_step(data, train_flags, warmup, steps, max_tokens):
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [data, *train_flags])
-    cfg = convert_namespace_to_omegaconf(args)
-    torch.manual_seed(1)
-    task = tasks.setup_task(cfg.task)
-    model = task.build_model(cfg.model)
-    criterion = task.build_criterion(cfg.criterion)
-    trainer = Trainer(cfg, task, model, criterion)
-    task.load_dataset("train")
-    itr = task.get_batch_iterator(task.dataset("train"), max_tokens=max_tokens, seed=1)
-    sample = next(iter(itr.next_epoch_itr(shuffle=False)))
+    _, task, _, _, trainer = build_training([data, *train_flags])
+    sample = first_batch(task, "train", max_tokens)
     times = []
     # from before the first step: a warm-up step leaves freed memory in the allocator's pools,
     # which later steps reuse without raising the resident set

@@ -10,7 +10,6 @@ import torch
 from helpers import PACKAGE_DIR, build, fairseq_train, first_batch, python_module, run, stock_env
 from fairseq_distill.depth_strategies import plan
 from fairseq_distill.errors import DistillError
-from fairseq_distill.tasks.translation_multidepth import MultiDepthTranslationTask
 
 from test_distributed import assert_identical_replicas, run_two_ranks
 

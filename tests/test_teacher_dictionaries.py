@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from helpers import PACKAGE_DIR, REPO, TINY_MODEL, TRAIN_FLAGS, build, run
+from helpers import REPO, TINY_MODEL, TRAIN_FLAGS, build, run
 from fairseq_distill.errors import DistillError
 
 FIXTURE_DATA = os.path.join(REPO, "tests", "fixtures", "v0_1_checkpoints", "data-bin")

@@ -43,6 +43,7 @@ setup(
             "fsd-depth-strategies=fairseq_distill.cli.depth_strategies:main",
             "fsd-export-subnetwork=fairseq_distill.cli.export_subnetwork:main",
             "fsd-evaluate-depths=fairseq_distill.cli.evaluate_depths:main",
+            "fsd-compare=fairseq_distill.cli.compare:main",
         ]
     },
 )

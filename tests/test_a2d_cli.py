@@ -40,7 +40,8 @@ def test_a2d_train_resume_schedule_export_generate_heatmap(tiny_data, deep_teach
 
     saved = torch.load(f"{save}/checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert sorted(k for k in saved["criterion"] if k.endswith("weight")) == [
-        "aams.decoder_cross.weight", "aams.decoder_self.weight", "aams.encoder_self.weight"]
+        "terms.attn.aams.decoder_cross.weight", "terms.attn.aams.decoder_self.weight",
+        "terms.attn.aams.encoder_self.weight"]
 
     # fairseq's resume path restores the alignment modules exactly
     _, _, _, crit, trainer = build_trainer(tiny_data, "--task", "translation_distill",
@@ -71,7 +72,7 @@ def test_a2d_train_resume_schedule_export_generate_heatmap(tiny_data, deep_teach
     assert enc["student"] == [1, 2] and enc["teacher"] == [3, 2]
     assert len(enc["weight"]) == 6 and len(enc["weight"][0]) == 2
     final = torch.load(f"{save}/checkpoint_last.pt", map_location="cpu", weights_only=False)["criterion"]
-    assert enc["weight"][4][1] == pytest.approx(final["aams.encoder_self.weight"][4, 1].item(), abs=1e-5)
+    assert enc["weight"][4][1] == pytest.approx(final["terms.attn.aams.encoder_self.weight"][4, 1].item(), abs=1e-5)
     assert "encoder_self: 1x2 student heads -> 3x2 teacher heads" in out
 
     assert_heatmap_refuses_exported("fairseq_distill.cli.a2d_heatmap", exported, png)

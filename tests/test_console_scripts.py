@@ -22,8 +22,9 @@ def test_the_readme_documents_console_scripts_only():
     tools = installed_tools()
     documented = set(re.findall(r"\bfsd-[a-z0-9-]*[a-z0-9]", readme))
     assert documented and documented <= set(tools), documented - set(tools)
-    # scripts/ keeps set-up, the demo and the tests; a tool is never run through a wrapper there
-    kept = {"setup_env.sh", "demo.sh", "test.sh"}
+    # scripts/ keeps set-up, the demo, the tests and the GPU check; a tool is never run through
+    # a wrapper there
+    kept = {"setup_env.sh", "demo.sh", "test.sh", "gpu_check.sh", "gpu_check.py"}
     assert set(os.listdir(os.path.join(REPO, "scripts"))) <= kept
     assert not [m for m in re.findall(r"scripts/([\w.]+)", readme) if m not in kept]
 

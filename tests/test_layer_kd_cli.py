@@ -28,7 +28,7 @@ def test_train_resume_export_generate(tiny_data, deep_teacher, tmp_path, criteri
     assert "layer map (3 teacher -> 1 student layers" in out  # the resolved map is printed
 
     saved = torch.load(f"{save}/checkpoint_last.pt", map_location="cpu", weights_only=False)
-    assert saved["criterion"] and all(k.startswith("fusers.") for k in saved["criterion"])
+    assert saved["criterion"] and all(k.startswith("terms.layer.fusers.") for k in saved["criterion"])
 
     # fairseq's resume path restores the projections exactly (not a fresh initialisation)
     _, _, _, crit, trainer = build_trainer(

@@ -1,5 +1,10 @@
 """Evaluation of a checkpoint: fairseq-generate on a test set, detokenised output, sacreBLEU.
 
+Every evaluation reports BLEU, chrF and chrF++ with their sacreBLEU signatures
+(:mod:`fairseq_distill.scoring`) and records the decoding settings that change the score
+(beam, length penalty, ``max-len-a``/``max-len-b``), and keeps the hypotheses for paired
+significance tests (``fsd-compare``).
+
 :func:`evaluate` scores one checkpoint (or ensemble) with stock fairseq-generate;
 :func:`evaluate_backends` translates the raw test source with the fairseq checkpoint and its
 CTranslate2 exports through the same code and compares BLEU, speed and file size.
@@ -10,12 +15,13 @@ import json
 import os
 
 import torch
-from sacrebleu.metrics import BLEU
 
 from fairseq_distill.checkpoint import count_parameters
 from fairseq_distill.errors import DistillError
 from fairseq_distill.generation import run_generate
+from fairseq_distill.scoring import corpus_scores
 from fairseq_distill.segmentation import load_meta
+from fairseq_distill.textfiles import read_lines
 
 POST_PROCESS = {"sentencepiece": "sentencepiece", "subword_nmt": "subword_nmt"}
 
@@ -23,8 +29,7 @@ POST_PROCESS = {"sentencepiece": "sentencepiece", "subword_nmt": "subword_nmt"}
 def read_references(data_bin, subset, meta, result):
     if meta and subset in meta.get("raw", {}):
         path = os.path.join(data_bin, meta["raw"][subset][meta["target_lang"]])
-        with open(path, encoding="utf-8") as f:
-            return [line.rstrip("\n") for line in f], path
+        return read_lines(path, what="references"), path
     n = len(result.references)
     return [result.references[i] for i in range(n)], "target side of the binarized test set"
 
@@ -64,8 +69,7 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
     refs, ref_source = read_references(data_bin, subset, meta, result)
     if len(refs) != len(hyps):
         raise DistillError(f"{len(hyps)} hypotheses but {len(refs)} references ({ref_source})")
-    bleu = BLEU()
-    score = bleu.corpus_score(hyps, [refs])
+    scores = corpus_scores(hyps, refs)
     hyp_path = f"{stem}.{subset}.hyp.txt"
     with open(hyp_path, "w", encoding="utf-8") as f:
         f.write("\n".join(hyps) + "\n")
@@ -73,9 +77,12 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
         "checkpoint": os.path.abspath(checkpoint),
         "data": os.path.abspath(data_bin),
         "subset": subset,
-        "bleu": round(score.score, 2),
-        "bleu_signature": str(bleu.get_signature()),
-        "bleu_detail": str(score),
+        "bleu": scores["bleu"],
+        "chrf": scores["chrf"],
+        "chrf++": scores["chrf++"],
+        "bleu_signature": scores["signatures"]["bleu"],
+        "chrf_signature": scores["signatures"]["chrf"],
+        "chrf++_signature": scores["signatures"]["chrf++"],
         "references": ref_source,
         "sentences": result.sentences,
         "generated_tokens": result.tokens,
@@ -84,6 +91,8 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
         "tokens_per_second": result.tokens_per_second,
         "beam": beam,
         "lenpen": lenpen,
+        "max_len_a": max_len_a,
+        "max_len_b": max_len_b,
         "batch_size": batch_size,
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "torch_threads": torch.get_num_threads(),
@@ -114,8 +123,7 @@ def evaluate_backends(checkpoint, data_bin, ct2_dirs, subset="test", options=Non
     meta = load_meta(data_bin)
     if not meta or subset not in meta.get("raw", {}):
         raise DistillError(f"{data_bin} keeps no raw '{subset}' text (prepare it with prepare_corpus)")
-    with open(os.path.join(data_bin, meta["raw"][subset][meta["source_lang"]]), encoding="utf-8") as f:
-        sources = f.read().splitlines()
+    sources = read_lines(os.path.join(data_bin, meta["raw"][subset][meta["source_lang"]]), what="sources")
     refs, _ = read_references(data_bin, subset, meta, None)
     segmenter = Segmenter.from_dir(data_bin)
     backends = [("fairseq (float32)", FairseqTranslator(checkpoint, data_bin, options),
@@ -133,9 +141,10 @@ def evaluate_backends(checkpoint, data_bin, ct2_dirs, subset="test", options=Non
     rows = []
     for name, _, size in backends:
         run = max(runs[name], key=lambda r: r.tokens_per_second)
-        bleu = BLEU()
-        score = bleu.corpus_score(run.outputs, [refs])
-        rows.append({"backend": name, "bleu": round(score.score, 2), "bleu_signature": str(bleu.get_signature()),
+        scores = corpus_scores(run.outputs, refs)
+        rows.append({"backend": name, "bleu": scores["bleu"], "chrf": scores["chrf"], "chrf++": scores["chrf++"],
+                     "signatures": scores["signatures"], "beam": options.beam, "lenpen": options.lenpen,
+                     "max_len_a": options.max_len_a, "max_len_b": options.max_len_b,
                      "tokens_per_second": round(run.tokens_per_second, 1),
                      "tokens_per_second_rounds": [round(r.tokens_per_second, 1) for r in runs[name]],
                      "sentences_per_second": round(run.sentences / run.seconds, 2) if run.seconds else 0.0,
@@ -145,7 +154,15 @@ def evaluate_backends(checkpoint, data_bin, ct2_dirs, subset="test", options=Non
 
 
 def backends_table(rows) -> str:
-    lines = ["| backend | BLEU | tokens/s | sentences/s | model file |", "|---|---|---|---|---|"]
-    lines += [f"| {r['backend']} | {r['bleu']:.2f} | {r['tokens_per_second']:.0f} | "
-              f"{r['sentences_per_second']:.1f} | {r['model_file_mib']:.1f} MiB |" for r in rows]
+    lines = ["| backend | BLEU | chrF | chrF++ | tokens/s | sentences/s | model file |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['backend']} | {r['bleu']:.2f} | {r['chrf']:.2f} | {r['chrf++']:.2f} | "
+              f"{r['tokens_per_second']:.0f} | {r['sentences_per_second']:.1f} | {r['model_file_mib']:.1f} MiB |"
+              for r in rows]
+    if rows:
+        r = rows[0]
+        lines.append("")
+        lines.append(f"Decoding: beam {r['beam']}, length penalty {r['lenpen']}, max length "
+                     f"{r['max_len_a']}·source + {r['max_len_b']}. Signatures: BLEU {r['signatures']['bleu']}; "
+                     f"chrF {r['signatures']['chrf']}; chrF++ {r['signatures']['chrf++']}")
     return "\n".join(lines)

@@ -50,11 +50,16 @@ def test_evaluate_writes_bleu_record(tiny_data, tiny_teacher, tmp_path):
     run(python_module("fairseq_distill.cli.export_student", tiny_teacher, ckpt))
     out = run(python_module("fairseq_distill.cli.evaluate", ckpt, tiny_data, "--beam", "2",
                             "--max-len-b", "5")).stdout
-    m = re.search(r"BLEU (\d+\.\d+) \(nrefs:1\|case:mixed\|eff:no\|tok:13a", out)
+    m = re.search(r"BLEU (\d+\.\d+), chrF (\d+\.\d+), chrF\+\+ (\d+\.\d+) \(beam 2, lenpen 1.0, max length "
+                  r"1.2·source \+ 5\)", out)
     assert m, out[-2000:]
+    assert "signatures: BLEU nrefs:1|case:mixed|eff:no|tok:13a" in out
     record = json.load(open(str(tmp_path / "teacher.test.eval.json")))
     assert record["sentences"] == 40
     assert abs(record["bleu"] - float(m.group(1))) < 0.01
+    assert (record["chrf"], record["chrf++"]) == (float(m.group(2)), float(m.group(3)))
+    assert (record["beam"], record["lenpen"], record["max_len_a"], record["max_len_b"]) == (2, 1.0, 1.2, 5)
+    assert "nw:2" in record["chrf++_signature"]
     assert record["tokens_per_second"] > 0 and record["parameters"] > 0
     hyps = open(record["hypotheses"], encoding="utf-8").read().splitlines()
     assert len(hyps) == 40
@@ -63,6 +68,8 @@ def test_evaluate_writes_bleu_record(tiny_data, tiny_teacher, tmp_path):
     from sacrebleu.metrics import BLEU
     refs = open(os.path.join(tiny_data, "raw", "test.en"), encoding="utf-8").read().splitlines()
     assert abs(BLEU().corpus_score(hyps, [refs]).score - record["bleu"]) < 0.01
+    from sacrebleu.metrics import CHRF
+    assert abs(CHRF(word_order=2).corpus_score(hyps, [refs]).score - record["chrf++"]) < 0.01
 
 
 def test_resume_continues_training(tiny_data, tiny_teacher, tmp_path):

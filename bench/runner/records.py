@@ -63,6 +63,9 @@ def training_record(plan: Plan, step) -> dict:
         "train_seconds": round(own_training_seconds(plan, step, last), 1),
         "bleu": result["bleu"],
         "bleu_signature": result["bleu_signature"],
+        # chrF and the length limits: recorded by evaluations made since they were added
+        **{k: result[k] for k in ("chrf", "chrf++", "chrf_signature", "chrf++_signature", "hypotheses",
+                                  "lenpen", "max_len_a", "max_len_b") if k in result},
         "tokens_per_second": result["tokens_per_second"],
         "sentences_per_second": result["sentences_per_second"],
         "beam": result["beam"],

@@ -37,9 +37,12 @@ def compare_backends(args):
 def evaluate_one(args, extra):
     r = evaluate(args.checkpoint, args.data_bin, args.subset, args.beam, args.lenpen,
                  args.batch_size, args.max_len_a, args.max_len_b, args.out, extra)
-    print(f"[evaluate] {args.checkpoint} on {args.subset}: BLEU {r['bleu']:.2f} "
-          f"({r['bleu_signature']}); {r['sentences_per_second']:.1f} sentences/s, "
+    print(f"[evaluate] {args.checkpoint} on {args.subset}: BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f}, "
+          f"chrF++ {r['chrf++']:.2f} (beam {r['beam']}, lenpen {r['lenpen']}, max length "
+          f"{r['max_len_a']}·source + {r['max_len_b']}); {r['sentences_per_second']:.1f} sentences/s, "
           f"{r['tokens_per_second']:.0f} tokens/s; {r['parameters']:,} parameters; {r['json']}")
+    print(f"[evaluate] signatures: BLEU {r['bleu_signature']}; chrF {r['chrf_signature']}; "
+          f"chrF++ {r['chrf++_signature']}; hypotheses {r['hypotheses']}")
 
 
 def main(argv=None):

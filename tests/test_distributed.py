@@ -84,7 +84,7 @@ def test_a2d_data_parallel_replicas_identical(tiny_data, deep_teacher, tmp_path)
     assert_identical_replicas(out, weights)
     assert "attn_loss" in out
     aams = {k for k in weights[0] if k.startswith("criterion.terms.attn.aams.")}
-    assert {k.split(".")[2] for k in aams} == {"encoder_self", "decoder_self", "decoder_cross"}
+    assert {k.split(".")[4] for k in aams} == {"encoder_self", "decoder_self", "decoder_cross"}
 
 
 def test_deep_transformer_data_parallel_workers_draw_alike(tiny_data, tmp_path):

@@ -5,7 +5,8 @@ import os
 import pytest
 import torch
 
-from helpers import PACKAGE_DIR, REPO, TINY_MODEL, TRAIN_FLAGS, build, first_batch, python_module, run
+from helpers import (PACKAGE_DIR, REPO, TINY_MODEL, TRAIN_FLAGS, build, build_trainer, first_batch,
+                     python_module, run)
 from fairseq_distill.errors import DistillError
 
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "v0_1_checkpoints")
@@ -46,6 +47,17 @@ def test_presets_are_the_distill_criterion_with_fixed_terms():
     crit = task.build_criterion(cfg.criterion)
     # --criterion distill takes each method's own defaults: η = 0.1 with layer KD, l2 for PKD
     assert crit.terms["kd"].weight == 0.1 and crit.terms["layer"].normalize == "l2"
+
+
+def test_the_task_tells_the_criterion_fairseqs_epoch_and_update():
+    _, task, _, crit, trainer = build_trainer(DATA, *DISTILL, criterion="a2d")
+    task.begin_epoch(3, trainer.get_model())
+    sample = first_batch(task)
+    trainer.train_step([sample])
+    trainer.train_step([sample])
+    attention = crit.terms["attn"]
+    assert (attention.epoch, attention.num_updates) == (3, 1)  # update numbers count from 0
+    assert attention.current_weight() == pytest.approx(1.0 * 0.9 ** 2)
 
 
 @pytest.mark.parametrize("terms,message", [

@@ -58,10 +58,12 @@ class TranslationDistillTask(TranslationTask):
         self.announce_update(criterion, update_num)
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
-    @staticmethod
-    def announce_update(criterion, update_num):
-        if hasattr(criterion, "set_num_updates"):
-            criterion.set_num_updates(update_num)
+    def announce_update(self, criterion, update_num):
+        # data-parallel training hands train_step the criterion wrapped for DDP (when it has
+        # parameters); tell the one this task built, not whatever the wrapper forwards
+        target = self.criterion if self.criterion is not None else criterion
+        if hasattr(target, "set_num_updates"):
+            target.set_num_updates(update_num)
 
     def build_model(self, cfg, *args, **kwargs):
         model = super().build_model(cfg, *args, **kwargs)

@@ -365,3 +365,29 @@ def test_training_progress_shows_epochs_and_their_losses(tty):
                             stream.text), repr(stream.text)
     else:  # a pipe or a file: whole lines only
         assert re.fullmatch(epoch + re.escape("[1/2] teacher: done\n"), stream.text), repr(stream.text)
+
+
+@pytest.mark.slow
+def test_compare_adds_paired_significance_against_the_baseline(tmp_path):
+    """``compare: {baseline: STEP}``: every other row against it, sacreBLEU's paired bootstrap on
+    the saved hypotheses, in the results JSON and under the table."""
+    config = tiny_recipe(tmp_path, "cmp", {"teacher": TINY, "student": TINY}, [
+        {"name": "teacher", "model": "teacher"},
+        {"name": "student-wordkd", "model": "student", "teacher": "teacher", "criterion": "word_kd"},
+    ])
+    cfg = yaml.safe_load(config.read_text())
+    cfg["compare"] = {"baseline": "teacher"}
+    config.write_text(yaml.safe_dump(cfg))
+    run(recipe_cmd(config, "--workdir", str(tmp_path / "work"), "--results", str(tmp_path / "results")))
+    results = json.load(open(tmp_path / "results" / "cmp.json"))
+    tested = results["significance"]
+    assert tested["baseline"] == "teacher" and tested["test"] == "bootstrap" and tested["samples"] == 1000
+    student = tested["systems"]["student-wordkd"]
+    rows = {r["name"]: r for r in results["rows"]}
+    assert student["bleu"]["score"] == rows["student-wordkd"]["bleu"]
+    assert student["bleu"]["baseline"] == rows["teacher"]["bleu"]
+    assert set(student) == {"bleu", "chrf", "chrf++"} and 0 < student["chrf"]["p_value"] <= 1
+    assert "hypotheses" not in rows["teacher"]  # machine paths stay in the work dir's records
+    table = open(tmp_path / "results" / "cmp.md").read()
+    assert f"| student-wordkd | {student['bleu']['score']:.2f}" in table
+    assert "Paired bootstrap test against teacher (1000 samples, seed 12345)" in table

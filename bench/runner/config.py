@@ -8,6 +8,7 @@ A recipe (see ``configs/*.yaml``)::
     train: {optimizer: adam, lr: 0.001, ...}     # fairseq-train flags shared by all runs
     models: {teacher: {arch: transformer, encoder-layers: 6, ...}, student: {...}}
     eval: {beam: 4, batch-size: 128}           # checkpoint: best (default) or last
+    compare: {baseline: student}               # paired significance of every row against it
     steps:
       - {name: teacher, model: teacher, train: {max-epoch: 20}}
       - {name: seqkd, seqkd: {teacher: teacher, beam: 4}}

@@ -177,12 +177,12 @@ class Runner:
 
     def write_results(self) -> str:
         return write_results(self.results_dir, self.name, self.path, self.plan.evaluated_checkpoint,
-                             self.cfg["steps"], self.done)
+                             self.cfg["steps"], self.done, self.cfg.get("compare"))
 
     def say_where(self) -> None:
         trained = [(n, r["checkpoint"]) for n, r in self.done.items() if r["kind"] == "train"]
         if trained:
-            self.say("decoding checkpoints (stock fairseq loads them):")
+            self.say("decoding checkpoints (a plugin architecture decodes with --user-dir fairseq_distill):")
             for name, path in trained:
                 self.say(f"  {name}: {os.path.relpath(path) if path.startswith(REPO) else path}")
         if self.results_dir:

@@ -65,7 +65,7 @@ def training_record(plan: Plan, step) -> dict:
         "bleu_signature": result["bleu_signature"],
         # chrF and the length limits: recorded by evaluations made since they were added
         **{k: result[k] for k in ("chrf", "chrf++", "chrf_signature", "chrf++_signature", "hypotheses",
-                                  "lenpen", "max_len_a", "max_len_b") if k in result},
+                                  "references", "lenpen", "max_len_a", "max_len_b") if k in result},
         "tokens_per_second": result["tokens_per_second"],
         "sentences_per_second": result["sentences_per_second"],
         "beam": result["beam"],

@@ -3,9 +3,14 @@
 compare with care."""
 import json
 import os
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
+
+from fairseq_distill.errors import DistillError
+from fairseq_distill.scoring import markdown as significance_markdown
+from fairseq_distill.scoring import paired_significance
+from fairseq_distill.textfiles import read_lines
 
 from .config import dependencies
 from .host import SPEED_SETUP
@@ -14,7 +19,7 @@ from .plan import REPO
 CHECKPOINT_MEANING = {"best": "checkpoint of lowest validation loss (checkpoint_best.pt)",
                       "last": "last checkpoint (checkpoint_last.pt, the end of its budget)"}
 # kept in the work dir's records, not in the results: machine-specific and long
-RECORD_ONLY = ("commands",)
+RECORD_ONLY = ("commands", "hypotheses", "references")
 
 
 def row_dependencies(row) -> List[str]:
@@ -90,10 +95,39 @@ def results_rows(steps, done: Dict[str, dict]) -> List[dict]:
             if s["name"] in done and done[s["name"]]["kind"] == "train"]
 
 
-def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, done: Dict[str, dict]) -> str:
+def significance(compare: Optional[dict], steps, done: Dict[str, dict]) -> Optional[dict]:
+    """The recipe's ``compare: {baseline: STEP}``: every other finished training step against the
+    baseline, with sacreBLEU's paired test on the saved test-set hypotheses (``test:
+    bootstrap|randomization``). Steps evaluated before hypotheses were recorded are listed."""
+    if not compare:
+        return None
+    base = compare.get("baseline")
+    if base not in {s["name"] for s in steps}:
+        raise DistillError(f"compare: baseline {base!r} is not a step of this recipe")
+    trained = [s["name"] for s in steps if done.get(s["name"], {}).get("kind") == "train"]
+    saved = [n for n in trained if done[n].get("hypotheses") and os.path.isfile(done[n]["hypotheses"])]
+    if base not in saved or len(saved) < 2 or not os.path.isfile(str(done[base].get("references"))):
+        return None
+    read = lambda path: read_lines(path, what="hypotheses")  # noqa: E731
+    result = paired_significance((base, read(done[base]["hypotheses"])),
+                                 [(n, read(done[n]["hypotheses"])) for n in saved if n != base],
+                                 read_lines(done[base]["references"], what="references"),
+                                 compare.get("test", "bootstrap"))
+    result["not_tested"] = [n for n in trained if n not in saved]
+    return result
+
+
+def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, done: Dict[str, dict],
+                  compare: Optional[dict] = None) -> str:
     """Write ``<name>.json`` and ``<name>.md`` into ``results_dir`` (if given); returns the table."""
     rows = results_rows(steps, done)
     table = markdown_table(rows, {n: r.get("run") for n, r in done.items()})
+    tested = significance(compare, steps, done)
+    if tested:
+        table += "\n\n" + "\n".join(significance_markdown(tested))
+        if tested["not_tested"]:
+            table += (f"\n\nNot tested (evaluated before hypotheses were kept): "
+                      f"{', '.join(tested['not_tested'])}.")
     if not results_dir:
         return table
     os.makedirs(results_dir, exist_ok=True)
@@ -102,6 +136,7 @@ def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, d
                         "device": "cuda" if torch.cuda.is_available() else "cpu",
                         "torch": torch.__version__},
             "rows": rows,
+            **({"significance": tested} if tested else {}),
             "seqkd": [{k: v for k, v in r.items() if k not in RECORD_ONLY}
                       for r in done.values() if r["kind"] == "seqkd"]}
     with open(os.path.join(results_dir, f"{name}.json"), "w") as f:

@@ -52,15 +52,26 @@ def word_kd_loss(
     return per_token.sum() * (temperature**2)
 
 
-def masked_mse(student: Tensor, teacher: Tensor, mask: Tensor, normalize: str = "none") -> Tensor:
-    """Σ_{real positions} mean_d (s − t)², states L x B x C (fairseq's layout), mask B x L.
+MSE_REDUCTIONS = ("sum", "mean")
 
+
+def masked_mse(student: Tensor, teacher: Tensor, mask: Tensor, normalize: str = "none",
+               reduction: str = "mean") -> Tensor:
+    """Σ_{real positions} of the squared difference reduced over the feature dimension d,
+    states L x B x C (fairseq's layout), mask B x L.
+
+    ``reduction="mean"``: mean_d (s − t)², the mean-square error (the CKD and ALP-KD papers);
+    ``"sum"``: Σ_d (s − t)² = ‖s − t‖², the squared L2 distance (PKD's Eq. 3, the CKD
+    authors' released code); the two differ by the factor d.
     ``normalize="l2"`` first scales every vector to unit length (as PKD does).
     """
+    if reduction not in MSE_REDUCTIONS:
+        raise ValueError(f"masked_mse: reduction '{reduction}'; valid: {', '.join(MSE_REDUCTIONS)}")
     s, t = student.float(), teacher.float()
     if normalize == "l2":
         s, t = F.normalize(s, dim=-1), F.normalize(t, dim=-1)
-    per_position = (s - t).pow(2).mean(dim=-1)  # L x B
+    squared = (s - t).pow(2)
+    per_position = squared.sum(dim=-1) if reduction == "sum" else squared.mean(dim=-1)  # L x B
     return per_position.masked_fill(~mask.t(), 0.0).sum()
 
 
@@ -112,11 +123,12 @@ def attention_kl(
     aligned: Tensor,
     key_mask: Tensor,
     query_mask: Tensor,
-    normalize: str = "softmax",
+    normalize: str = "renorm",
     mode: str = "rowwise",
     eps: float = 1e-6,
 ) -> Tensor:
-    """Σ KL(teacher ‖ aligned student) over maps and batch: A2D's attention loss for one type.
+    """Σ KL(teacher ‖ aligned student) over maps and batch: A2D's attention loss for one type,
+    summed (the term chooses the reduction, see :mod:`fairseq_distill.terms.attention`).
 
     ``teacher_maps``: L_t tensors B x H_t x T x S (probabilities); ``aligned``: the AAM output,
     B x (L_t·H_t) x T x S. ``key_mask``: broadcastable to B x 1 x T x S, True at keys a query may
@@ -124,8 +136,8 @@ def attention_kl(
     ``query_mask``: B x T, True at real query rows.
 
     ``mode="rowwise"``: every real query row of ``aligned`` becomes a distribution over the
-    allowed keys (``normalize="softmax"``: softmax of the values; ``"renorm"``: values clamped
-    to ``eps`` and divided by their sum), and the KL of each real row is summed.
+    allowed keys (``normalize="renorm"``: values clamped to ``eps`` and divided by their sum;
+    ``"softmax"``: softmax of the values), and the KL of each real row is summed.
     ``mode="reference"`` follows the authors' released code: one softmax over each whole
     flattened T x S map, applied to the teacher's probabilities as well, no masking; the KL
     of each map is summed.

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from helpers import assert_weighted_sum, build, distill_loss, first_batch
-from fairseq_distill.terms.attention import AttentionAlignment, parse_attention_types
+from fairseq_distill.features import Features
+from fairseq_distill.terms.attention import AttentionAlignment, AttentionKDTerm, parse_attention_types
+from fairseq_distill.terms.base import TermContext
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import FeatureRequest, attention_modules, run_with_features
 from fairseq_distill.losses import attention_kl
@@ -149,6 +151,159 @@ def test_attention_type_choice():
         parse_attention_types("decoder_selff")
 
 
+# -- the term's reductions, by hand ------------------------------------------------------------
+# one sentence pair batch for the term: source keys/queries as KEY_REAL (3 positions, the second
+# sentence has 2 real ones), target queries as QUERY_REAL (3 real target tokens in all)
+PAD = 1
+
+
+def term_sample():
+    src = torch.tensor([[5, 6, 7] if all(k) else [5, 6, PAD] for k in KEY_REAL])
+    prev = torch.tensor([[2 if t == 0 else 8 if q else PAD for t, q in enumerate(row)] for row in QUERY_REAL])
+    target = torch.tensor([[8 if q else PAD for q in row] for row in QUERY_REAL])
+    return {"net_input": {"src_tokens": src, "prev_output_tokens": prev}, "target": target,
+            "ntokens": int(target.ne(PAD).sum())}
+
+
+def square_maps(rng, channels):
+    """channels x B x S x S rows of probabilities over the real source keys."""
+    maps = []
+    for _ in range(channels):
+        per_b = []
+        for b in range(B):
+            rows = []
+            for _ in range(S):
+                w = [rng.uniform(0.1, 1.0) if KEY_REAL[b][s] else 0.0 for s in range(S)]
+                rows.append([x / sum(w) for x in w])
+            per_b.append(rows)
+        maps.append(per_b)
+    return maps
+
+
+def row_kl(p, z, normalize):
+    if normalize == "softmax":
+        q = [math.exp(x) / sum(math.exp(y) for y in z) for x in z]
+    else:
+        z = [max(x, 1e-6) for x in z]
+        q = [x / sum(z) for x in z]
+    return sum(pi * math.log(pi / qi) for pi, qi in zip(p, q) if pi > 0)
+
+
+def mean_row_kl_by_hand(teacher, aligned, query_real, normalize):
+    """Σ over maps of the mean KL over real query rows (keys: the real source positions)."""
+    total, rows = 0.0, 0
+    for c in range(len(teacher)):
+        for b in range(B):
+            keys = [s for s in range(S) if KEY_REAL[b][s]]
+            for t, real in enumerate(query_real[b]):
+                if real:
+                    total += row_kl([teacher[c][b][t][s] for s in keys], [aligned[c][b][t][s] for s in keys],
+                                    normalize)
+                    rows += c == 0
+    return total / rows
+
+
+def attention_term(types, teacher_layout, kl_mode="rowwise", normalize="renorm", sentence_avg=False):
+    shape_s = {k: (2, 2) for k in types}
+    context = TermContext(teachers=[None], student_shape=shape_s, teacher_shape={k: teacher_layout for k in types},
+                          source_pad=PAD, target_pad=PAD, sentence_avg=sentence_avg)
+    return AttentionKDTerm(1.0, 0.9, context, ",".join(types), normalize, kl_mode)
+
+
+def set_aam(aam, weight, bias):
+    with torch.no_grad():
+        aam.weight.copy_(torch.tensor(weight))
+        aam.bias.copy_(torch.tensor(bias))
+
+
+@pytest.mark.parametrize("normalize,sentence_avg", [("renorm", False), ("softmax", False), ("renorm", True)])
+def test_paper_form_is_mean_over_rows_summed_over_maps_per_target_token(normalize, sentence_avg):
+    """L_enc + L_cross, each Σ_maps mean_rows KL, times sample_size (target tokens, or sentences)."""
+    rng = random.Random(11)
+    enc_student, enc_teacher = square_maps(rng, 4), square_maps(rng, 6)
+    cross_student, cross_teacher = random_maps(rng, 4), teacher_rows_on_real_keys(random_maps(rng, 6))
+    weights = {k: [[abs(rng.uniform(-1, 1)) for _ in range(4)] for _ in range(6)] for k in ("enc", "cross")}
+    biases = {k: [rng.uniform(-0.1, 0.5) for _ in range(6)] for k in ("enc", "cross")}
+    term = attention_term(("encoder_self", "decoder_cross"), (3, 2), normalize=normalize, sentence_avg=sentence_avg)
+    set_aam(term.aams["encoder_self"], weights["enc"], biases["enc"])
+    set_aam(term.aams["decoder_cross"], weights["cross"], biases["cross"])
+    student = Features(net_output=(None,), attention={"encoder_self": as_layers(enc_student, 2, 2),
+                                                        "decoder_cross": as_layers(cross_student, 2, 2)})
+    teacher = Features(net_output=(None,), attention={"encoder_self": as_layers(enc_teacher, 3, 2),
+                                                        "decoder_cross": as_layers(cross_teacher, 3, 2)})
+    got = term(student, [teacher], term_sample())
+
+    enc = mean_row_kl_by_hand(enc_teacher, aligned_by_hand_n(enc_student, weights["enc"], biases["enc"], S),
+                              KEY_REAL, normalize)  # 5 real source rows
+    cross = mean_row_kl_by_hand(cross_teacher, aligned_by_hand(cross_student, weights["cross"], biases["cross"]),
+                                QUERY_REAL, normalize)  # 3 real target rows
+    scale = B if sentence_avg else 3
+    assert got.item() == pytest.approx((enc + cross) * scale, rel=1e-5)
+
+
+def aligned_by_hand_n(student, weight, bias, rows):
+    c_out, c_in = len(weight), len(weight[0])
+    return [[[[sum(weight[o][i] * student[i][b][t][s] for i in range(c_in)) + bias[o]
+               for s in range(S)] for t in range(rows)] for b in range(B)] for o in range(c_out)]
+
+
+def test_reference_mode_has_the_released_codes_gradient_ratio():
+    """The released code: loss = (1 − α)·mean_(B·T) CE + α·mean_(B·T) KD + β·Σ_(batch, maps, cells)
+    KL(softmax(flat teacher) ‖ softmax(flat aligned)). Ours sums CE over tokens, so the term is
+    that KL sum times B·T: both losses then differ by the factor B·T only, and the gradients of
+    the attention and CE parts stand in the released code's ratio."""
+    from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
+
+    rng = random.Random(5)
+    student_maps = torch.tensor(random_maps(rng, 4), requires_grad=True)  # C x B x T x S
+    teacher = teacher_rows_on_real_keys(random_maps(rng, 6))
+    logits = torch.randn(B, T, 10, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    sample = term_sample()
+    term = attention_term(("decoder_cross",), (3, 2), kl_mode="reference")
+    alpha, beta, eps = 0.5, 1.0, 0.1
+
+    def student_layers():
+        return [student_maps[l * 2:(l + 1) * 2].permute(1, 0, 2, 3) for l in range(2)]
+
+    # ours: the criterion's (1 − α)·Σ CE_ls plus β·term (word-level KD left out: the same on both sides)
+    lprobs = torch.log_softmax(logits, -1)
+    ce, _ = label_smoothed_nll_loss(lprobs.view(-1, 10), sample["target"].view(-1), eps, ignore_index=PAD)
+    attn = term(Features(net_output=(None,), attention={"decoder_cross": student_layers()}),
+                [Features(net_output=(None,), attention={"decoder_cross": as_layers(teacher, 3, 2)})], sample)
+    ours_ce = torch.autograd.grad((1 - alpha) * ce, logits)[0]
+    ours_attn = torch.autograd.grad(beta * attn, [student_maps, term.aams["decoder_cross"].weight])
+
+    # theirs, written out: CE per position averaged over all B·T positions, KL summed over everything
+    n = B * T
+    lprobs = torch.log_softmax(logits, -1)
+    per_pos = -(1 - eps - eps / 9) * lprobs.gather(-1, sample["target"].unsqueeze(-1)).squeeze(-1) \
+        - eps / 9 * lprobs.sum(-1)  # fairseq's smoothing: ε/(V − 1)
+    their_ce = ((1 - alpha) * per_pos.masked_fill(sample["target"].eq(PAD), 0.0)).sum() / n
+    aligned = term.aams["decoder_cross"](student_layers())
+    flat_t = torch.tensor(teacher).permute(1, 0, 2, 3).reshape(B, 6, T * S)
+    log_p = flat_t - torch.logsumexp(flat_t, -1, keepdim=True)
+    log_q = aligned.reshape(B, 6, T * S) - torch.logsumexp(aligned.reshape(B, 6, T * S), -1, keepdim=True)
+    their_attn = beta * (log_p.exp() * (log_p - log_q)).sum()
+    their_ce_grad = torch.autograd.grad(their_ce, logits)[0]
+    their_attn_grad = torch.autograd.grad(their_attn, [student_maps, term.aams["decoder_cross"].weight])
+
+    assert torch.allclose(ours_ce, n * their_ce_grad, rtol=1e-5, atol=1e-8)
+    for ours, theirs in zip(ours_attn, their_attn_grad):
+        assert torch.allclose(ours, n * theirs, rtol=1e-4, atol=1e-7)
+    ratio_ours = ours_attn[0].norm() / ours_ce.norm()
+    ratio_theirs = their_attn_grad[0].norm() / their_ce_grad.norm()
+    assert ratio_ours.item() == pytest.approx(ratio_theirs.item(), rel=1e-4)
+
+
+def test_decay_per_update_is_continuous():
+    term = attention_term(("decoder_cross",), (3, 2))
+    term.decay_updates = 100
+    term.num_updates, term.epoch = 50, 7  # the epoch no longer matters
+    assert term.current_weight() == pytest.approx(0.9 ** 0.5)
+    term.num_updates = 300
+    assert term.current_weight() == pytest.approx(0.9 ** 3)
+
+
 # -- per-head capture ----------------------------------------------------------------------
 
 def recompute_heads(module, query, key, key_padding_mask, attn_mask):
@@ -248,7 +403,7 @@ def test_attention_loss_is_halved_over_both_decoder_types(tiny_data, deep_teache
         parts = crit.terms["attn"].losses_by_type(student, teacher, sample)
         crit_total = crit.terms["attn"](student, [teacher], sample)
     want = parts["encoder_self"] + (parts["decoder_self"] + parts["decoder_cross"]) / 2
-    assert crit_total.item() == pytest.approx(want.item(), rel=1e-6)
+    assert crit_total.item() == pytest.approx(want.item() * sample["ntokens"], rel=1e-6)
 
 
 def test_bad_options_are_named(tiny_data, deep_teacher):
@@ -259,4 +414,8 @@ def test_bad_options_are_named(tiny_data, deep_teacher):
     cfg, task, _ = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
                          "--a2d-decay", "1.5", criterion="a2d")
     with pytest.raises(DistillError, match="--a2d-decay must be between 0 and 1, got 1.5"):
+        task.build_criterion(cfg.criterion)
+    cfg, task, _ = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
+                         "--a2d-decay-updates", "-5", criterion="a2d")
+    with pytest.raises(DistillError, match="--a2d-decay-updates must be >= 0 .*got -5"):
         task.build_criterion(cfg.criterion)

@@ -34,6 +34,7 @@ from fairseq_distill.criterions.options import DistillConfig
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import FeatureRequest, Features, run_with_features, unwrap_model
 from fairseq_distill.terms import AttentionKDTerm, LayerKDTerm, TermContext, WordKDTerm
+from fairseq_distill.terms.base import batch_sample_size
 
 LAYER_METHODS = ("pkd", "ckd", "alp_kd")
 TERM_NAMES = ("word_kd",) + LAYER_METHODS + ("a2d",)
@@ -105,7 +106,7 @@ class DistillationCriterion(LabelSmoothedCrossEntropyCriterion):
             teachers=teachers, student_shape=task.student_shape,
             teacher_shape=teacher_layout(teachers) if names != ("word_kd",) else None,
             source_pad=task.source_dictionary.pad(), target_pad=self.padding_idx,
-            ignore_prefix_size=self.ignore_prefix_size,
+            ignore_prefix_size=self.ignore_prefix_size, sentence_avg=self.sentence_avg,
         )
         self.teachers = teachers  # not a module: never optimised, cast or saved
         self.terms = nn.ModuleDict(build_terms(names, cfg, context))
@@ -178,7 +179,7 @@ class DistillationCriterion(LabelSmoothedCrossEntropyCriterion):
         for value in weighted.values():
             loss = loss + value
 
-        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
+        sample_size = batch_sample_size(sample, self.sentence_avg)
         logging_output = {
             "loss": loss.data,
             "nll_loss": nll_loss.data,

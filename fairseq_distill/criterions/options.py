@@ -43,12 +43,22 @@ class LayerKDOptions:
     )
     layer_map: str = field(
         default="",
-        metadata={"help": "encoder layer map, e.g. '1,2,3|4,5,6' or '1-3|4-6', or a preset "
-                  "(rc, oc, sc, cc, skip, all); default: the method's own"},
+        metadata={"help": "encoder layer map, e.g. '1,2,3|4,5,6' or '1-3|4-6', or a preset (rc, oc, "
+                  "sc, cc, interleave, skip, all, alp); default: the method's own (pkd: skip; ckd: "
+                  "--ckd-combination; alp_kd: alp, the ALP-KD paper's pattern, every teacher layer "
+                  "into every student layer but the last; 'all' includes the last)"},
     )
     decoder_layer_map: str = field(default="", metadata={"help": "the same for the decoder"})
     layer_normalize: ChoiceEnum(["none", "l2"]) = field(
         default="none", metadata={"help": "l2: unit-normalise each vector before the MSE (PKD)"}
+    )
+    layer_mse_reduction: Optional[ChoiceEnum(["sum", "mean"])] = field(
+        default=None,
+        metadata={"help": "how the squared difference of a state pair is reduced over the hidden "
+                  "dimension d: sum (squared L2 distance, PKD's Eq. 3) or mean (the mean-square "
+                  "error of the CKD and ALP-KD papers); positions and layers are summed either way. "
+                  "Default: the method's own (sum for pkd, mean for ckd and alp_kd; sum for "
+                  "--ckd-form released)"},
     )
     kd_include_embedding: bool = field(
         default=False, metadata={"help": "also match the embedding outputs (layer 0)"}
@@ -57,13 +67,25 @@ class LayerKDOptions:
 
 @dataclass
 class CKDOptions:
-    ckd_combination: ChoiceEnum(["rc", "oc", "sc", "cc"]) = field(
-        default="rc", metadata={"help": "preset layer map when --layer-map is not given"}
+    ckd_combination: ChoiceEnum(["rc", "oc", "sc", "cc", "interleave"]) = field(
+        default="rc", metadata={"help": "preset layer map when --layer-map is not given: rc, oc, sc, "
+                                "cc as in the paper's experiments (6 -> 2: cc = {1,3},{4,6}); "
+                                "interleave: the CC of its Figure 2 (j, j+S, j+2S, ...)"}
     )
-    ckd_project: ChoiceEnum(["teacher", "student"]) = field(
-        default="teacher",
+    ckd_form: ChoiceEnum(["paper", "released"]) = field(
+        default="paper",
+        metadata={"help": "paper: Eq. 3, a learned map of the concatenated teacher states to the "
+                  "student width, compared by MSE (mean over d), no normalisation; released: the "
+                  "authors' released code, the student state projected to the concatenated teacher "
+                  "width, both unit-normalised, squared difference summed over d. Sets the defaults "
+                  "of --ckd-project, --layer-normalize and --layer-mse-reduction; given explicitly, "
+                  "those win"},
+    )
+    ckd_project: Optional[ChoiceEnum(["teacher", "student"])] = field(
+        default=None,
         metadata={"help": "teacher: fuse the concatenated teacher states to the student width "
-                  "(paper); student: project the student state to k·d_t (released code)"},
+                  "(the paper); student: project the student state to k·d_t (the released code). "
+                  "Default: that of --ckd-form"},
     )
 
 
@@ -88,14 +110,24 @@ class AttentionKDOptions:
         metadata={"help": "all, encoder, decoder, or a comma list of encoder_self, decoder_self, "
                   "decoder_cross"},
     )
-    a2d_normalize: ChoiceEnum(["softmax", "renorm"]) = field(
-        default="softmax",
-        metadata={"help": "how the AAM output becomes a distribution over keys (row-wise mode)"},
+    a2d_normalize: ChoiceEnum(["renorm", "softmax"]) = field(
+        default="renorm",
+        metadata={"help": "rowwise mode: how an aligned row becomes a distribution over its keys: "
+                  "renorm (values clamped positive, divided by their sum) or softmax (a variant "
+                  "with a floor no alignment removes)"},
     )
     a2d_kl_mode: ChoiceEnum(["rowwise", "reference"]) = field(
         default="rowwise",
-        metadata={"help": "rowwise: masked KL per query row; reference: the released code's "
-                  "softmax over each whole flattened map, unmasked"},
+        metadata={"help": "rowwise: Σ over maps of the mean KL over real query rows, per target "
+                  "token (the paper); reference: the authors' released code with its reductions "
+                  "(softmax over each flattened map, unmasked, KL summed over batch, maps and "
+                  "cells beside a per-position CE)"},
+    )
+    a2d_decay_updates: int = field(
+        default=0,
+        metadata={"help": "0: the weight decays once per epoch, β·decay^(epoch − 1) (the paper); "
+                  "N > 0: continuously, β·decay^(updates/N), e.g. to fit the paper's decay into "
+                  "a shorter run"},
     )
 
 
@@ -120,7 +152,9 @@ class PKDConfig(LayerKDConfig):
 
 @dataclass
 class CKDConfig(CKDOptions, LayerKDConfig):
-    pass
+    layer_normalize: Optional[ChoiceEnum(["none", "l2"])] = field(
+        default=None, metadata={"help": "l2: unit-normalise each vector before the MSE (default: that "
+                                "of --ckd-form: none for paper, l2 for released)"})
 
 
 @dataclass
@@ -146,4 +180,4 @@ class DistillConfig(AttentionKDOptions, ALPKDOptions, CKDOptions, LayerKDOptions
                                 "term, as in the CKD paper, else 0.5)"})
     layer_normalize: Optional[ChoiceEnum(["none", "l2"])] = field(
         default=None, metadata={"help": "l2: unit-normalise each vector before the MSE (default: l2 "
-                                "for pkd, none for ckd and alp_kd)"})
+                                "for pkd, none for ckd and alp_kd; l2 for --ckd-form released)"})

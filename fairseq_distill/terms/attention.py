@@ -5,13 +5,28 @@ trainable Attention Alignment Module (AAM) per attention type: a pointwise convo
 from the L_s·H_s stacked student maps to the L_t·H_t teacher maps (channel = layer·H +
 head), so any depths and head counts pair up without a layer map.
 
-    term = L_enc + (L_dec_self + L_dec_cross)/2,   weight β·decay^(epoch − 1)
+    L_attn = L_enc + (L_dec_self + L_dec_cross)/2,   weight β·decay^(epoch − 1)
 
-Each L is :func:`~fairseq_distill.losses.attention_kl` of the teacher maps against the AAM
-output (row-wise over allowed keys by default, or the released code's flattened-map form
-with ``--a2d-kl-mode reference``). The halving applies when both decoder terms are on. The
-weight comes on top of CE and word-level KD, as in the paper. Only the chosen attention
-types are captured and get an AAM.
+The halving applies when both decoder types are on; the weight comes on top of CE and
+word-level KD, as in the paper. Only the chosen attention types are captured and get an AAM.
+Two forms of each L (``--a2d-kl-mode``):
+
+* ``rowwise`` (default; the paper as we read it, its Eqs. 9–12 being lost in our copy): every
+  real query row of an aligned map is made a distribution over the keys it may attend to
+  (``--a2d-normalize renorm``: the AAM's values, a weighted sum of probabilities, clamped
+  to be positive and divided by their sum; ``softmax`` is a variant whose rows keep a floor
+  of about log(#keys) − H(teacher row) that no alignment removes), and
+  ``L = Σ_maps mean_(real query rows) KL(teacher row ‖ aligned row)``. Summing over the
+  L_t·H_t maps is why the paper lowers β for a teacher with more maps. L_attn is per
+  target token like the cross-entropy: the term returns it times ``sample_size``.
+* ``reference``: the authors' released code, reductions included: one softmax over each
+  whole flattened T x S map (applied to the teacher's probabilities too), no masking, KL
+  summed over batch, maps and cells, next to a cross-entropy averaged over the B·T target
+  positions. The term returns that sum times B·T, so that relative to the cross-entropy
+  (which the criterion sums) its gradient has the released code's scale.
+
+The decay is per epoch (the paper), or with ``--a2d-decay-updates N`` continuous per
+update, ``β·decay^(updates/N)``, for runs much shorter than the paper's.
 """
 import logging
 import math
@@ -24,7 +39,7 @@ from torch import Tensor
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import ATTENTION_TYPES, FeatureRequest, Features
 from fairseq_distill.losses import align_attention, attention_kl
-from fairseq_distill.terms.base import DistillationTerm, TermContext, check_fraction
+from fairseq_distill.terms.base import DistillationTerm, TermContext, batch_sample_size, check_fraction
 
 logger = logging.getLogger(__name__)
 
@@ -77,12 +92,18 @@ class AttentionKDTerm(DistillationTerm):
     scheduled = True
 
     def __init__(self, weight: float, decay: float, context: TermContext, attention_types: str = "all",
-                 normalize: str = "softmax", kl_mode: str = "rowwise"):
+                 normalize: str = "renorm", kl_mode: str = "rowwise", decay_updates: int = 0):
         if weight < 0:
             raise DistillError(f"--a2d-weight must be >= 0, got {weight}")
         check_fraction("--a2d-decay", decay)
+        if decay_updates < 0:
+            raise DistillError(f"--a2d-decay-updates must be >= 0 (0: decay once per epoch), got {decay_updates}")
+        if kl_mode not in ("rowwise", "reference"):
+            raise DistillError(f"--a2d-kl-mode must be rowwise or reference, got {kl_mode}")
         super().__init__(weight)
-        self.decay, self.normalize, self.kl_mode = decay, normalize, kl_mode
+        self.decay, self.decay_updates = decay, decay_updates
+        self.normalize, self.kl_mode = normalize, kl_mode
+        self.sentence_avg = context.sentence_avg
         self.types = parse_attention_types(attention_types)
         self.source_pad, self.target_pad = context.source_pad, context.target_pad
         context.single_teacher("a2d")
@@ -100,14 +121,16 @@ class AttentionKDTerm(DistillationTerm):
     @classmethod
     def from_config(cls, cfg, context: TermContext) -> "AttentionKDTerm":
         return cls(cfg.a2d_weight, cfg.a2d_decay, context, cfg.a2d_attention_types,
-                   str(cfg.a2d_normalize), str(cfg.a2d_kl_mode))
+                   str(cfg.a2d_normalize), str(cfg.a2d_kl_mode), cfg.a2d_decay_updates)
 
     @property
     def request(self) -> FeatureRequest:
         return FeatureRequest(attention=frozenset(self.types))
 
     def current_weight(self) -> float:
-        """β·decay^(epoch − 1), from fairseq's epoch counter."""
+        """β·decay^(epoch − 1) from fairseq's epoch counter, or β·decay^(updates/N)."""
+        if self.decay_updates:
+            return self.weight * self.decay ** (self.num_updates / self.decay_updates)
         return self.weight * self.decay ** (self.epoch - 1)
 
     def masks(self, kind: str, sample):
@@ -124,13 +147,23 @@ class AttentionKDTerm(DistillationTerm):
         return tgt_real[:, None, None, :] & causal[None, None], tgt_real
 
     def losses_by_type(self, student: Features, teacher: Features, sample) -> dict:
+        """Each type's L: Σ_maps mean_rows KL (rowwise), or Σ_(batch, maps, cells) KL (reference)."""
         losses = {}
         for kind in self.types:
             key_mask, query_mask = self.masks(kind, sample)
             aligned = self.aams[kind](student.attention[kind])
-            losses[kind] = attention_kl(teacher.attention[kind], aligned, key_mask, query_mask,
-                                        self.normalize, self.kl_mode)
+            summed = attention_kl(teacher.attention[kind], aligned, key_mask, query_mask,
+                                  self.normalize, self.kl_mode)
+            if self.kl_mode == "rowwise":
+                summed = summed / query_mask.sum().clamp(min=1)
+            losses[kind] = summed
         return losses
+
+    def batch_scale(self, sample) -> int:
+        """What L_attn is multiplied by to sit beside the criterion's summed cross-entropy."""
+        if self.kl_mode == "reference":
+            return sample["target"].numel()  # the released code averages CE over all B·T positions
+        return batch_sample_size(sample, self.sentence_avg)
 
     def forward(self, student: Features, teachers: List[Features], sample) -> Tensor:
         losses = self.losses_by_type(student, teachers[0], sample)
@@ -138,4 +171,4 @@ class AttentionKDTerm(DistillationTerm):
         total = losses.get("encoder_self", 0.0)
         if decoder:
             total = total + sum(decoder) / len(decoder)
-        return total
+        return total * self.batch_scale(sample)

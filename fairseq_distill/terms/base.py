@@ -21,6 +21,7 @@ class TermContext:
     source_pad: int
     target_pad: int
     ignore_prefix_size: int = 0
+    sentence_avg: bool = False
 
     def single_teacher(self, term: str):
         if len(self.teachers) != 1:
@@ -64,6 +65,11 @@ class DistillationTerm(nn.Module):
     def forward(self, student: Features, teachers: List[Features], sample) -> Tensor:
         """The term's value for a batch, summed over the positions it covers."""
         raise NotImplementedError
+
+
+def batch_sample_size(sample, sentence_avg: bool) -> int:
+    """fairseq's gradient denominator for a batch: sentences with --sentence-avg, else target tokens."""
+    return sample["target"].size(0) if sentence_avg else sample["ntokens"]
 
 
 def check_fraction(name: str, value: float):

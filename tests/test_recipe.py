@@ -319,9 +319,11 @@ def test_cache_keys_recognise_the_committed_results_and_existing_work_dirs():
             continue
         meta = json.load(open(results))
         for row in meta["rows"] + meta["seqkd"]:
+            if row["name"] not in plan.keys:
+                continue  # a step the recipe dropped (its loss changed); its row awaits re-measuring
             assert plan.keys[row["name"]] == row["key"], (config, row["name"])
             checked += 1
-    assert checked >= 48
+    assert checked >= 40
 
 
 FAIRSEQ_TRAIN_OUTPUT = """\

@@ -6,8 +6,10 @@ import torch
 
 from helpers import assert_weighted_sum, build, distill_loss, first_batch
 from fairseq_distill.terms.fusers import AttentionFuser, CombinationFuser
-from fairseq_distill.features import FeatureRequest, run_with_features
+from fairseq_distill.features import FeatureRequest, Features, run_with_features
 from fairseq_distill.losses import masked_mse
+from fairseq_distill.terms.base import TermContext
+from fairseq_distill.terms.layer import LayerKDTerm
 
 # 3 positions x 2 sentences x d=4; sentence 2 is padded at position 3
 S = [[[1.0, 0.0, 2.0, -1.0], [0.5, 0.5, 0.5, 0.5]],
@@ -22,7 +24,8 @@ T2 = [[[1.0, 2.0, 0.0, 0.0], [0.0, 1.0, 0.0, 1.0]],
 MASK = [[True, True, True], [True, True, False]]  # B x L
 
 
-def mse_by_hand(s, t, mask, l2=False):
+def mse_by_hand(s, t, mask, l2=False, reduction="mean"):
+    """Σ over real positions of Σ_d (u − v)², divided by d = 4 for the mean."""
     total = 0.0
     for pos in range(3):
         for b in range(2):
@@ -32,14 +35,35 @@ def mse_by_hand(s, t, mask, l2=False):
             if l2:
                 nu, nv = math.sqrt(sum(x * x for x in u)), math.sqrt(sum(x * x for x in v))
                 u, v = [x / nu for x in u], [x / nv for x in v]
-            total += sum((x - y) ** 2 for x, y in zip(u, v)) / 4
+            total += sum((x - y) ** 2 for x, y in zip(u, v)) / (4 if reduction == "mean" else 1)
     return total
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
 @pytest.mark.parametrize("normalize", ["none", "l2"])
-def test_masked_mse_by_hand(normalize):
-    got = masked_mse(torch.tensor(S), torch.tensor(T1), torch.tensor(MASK), normalize)
-    assert got.item() == pytest.approx(mse_by_hand(S, T1, MASK, normalize == "l2"), rel=1e-6)
+def test_masked_mse_by_hand(normalize, reduction):
+    got = masked_mse(torch.tensor(S), torch.tensor(T1), torch.tensor(MASK), normalize, reduction)
+    assert got.item() == pytest.approx(mse_by_hand(S, T1, MASK, normalize == "l2", reduction), rel=1e-6)
+
+
+# 3 positions x 1 sentence x d=2, position 3 padded; worked out on paper:
+#   position 1: s = (3, 4), t = (1, 0): raw Σ_d = 2² + 4² = 20; unit: (0.6, 0.8) − (1, 0) -> 0.16 + 0.64 = 0.8
+#   position 2: s = (0, 2), t = (0, −1): raw Σ_d = 3² = 9;      unit: (0, 1) − (0, −1)  -> 2² = 4
+#   position 3: padding, ignored however large
+@pytest.mark.parametrize("normalize,reduction,expected", [
+    ("none", "sum", 20 + 9), ("none", "mean", (20 + 9) / 2),
+    ("l2", "sum", 0.8 + 4), ("l2", "mean", (0.8 + 4) / 2),  # PKD's Eq. 3 is ("l2", "sum")
+])
+def test_masked_mse_reductions_by_hand(normalize, reduction, expected):
+    s = torch.tensor([[[3.0, 4.0]], [[0.0, 2.0]], [[100.0, 100.0]]])
+    t = torch.tensor([[[1.0, 0.0]], [[0.0, -1.0]], [[0.0, 1.0]]])
+    mask = torch.tensor([[True, True, False]])
+    assert masked_mse(s, t, mask, normalize, reduction).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_masked_mse_refuses_an_unknown_reduction():
+    with pytest.raises(ValueError, match="reduction 'max'; valid: sum, mean"):
+        masked_mse(torch.zeros(1, 1, 2), torch.zeros(1, 1, 2), torch.ones(1, 1, dtype=torch.bool), "none", "max")
 
 
 def test_ckd_fusion_by_hand():
@@ -70,14 +94,36 @@ def test_ckd_student_side_projection_by_hand():
     assert got.item() == pytest.approx(total, rel=1e-6)
 
 
+def test_ckd_released_form_by_hand():
+    """--ckd-form released: P h_s (4 -> 8) and [t1; t2] both unit-normalised, Σ_d of the
+    squared difference, summed over real positions."""
+    fuser = CombinationFuser([(1, 2)], student_dim=4, teacher_dim=4, project="student", normalize="l2",
+                             reduction="sum")
+    with torch.no_grad():
+        fuser.maps[0].weight.copy_(torch.cat([torch.eye(4), 2 * torch.eye(4)], dim=0))  # P h = [h; 2h]
+        fuser.maps[0].bias.zero_()
+    total = 0.0
+    for p in range(3):
+        for b in range(2):
+            if MASK[b][p]:
+                u = S[p][b] + [2 * x for x in S[p][b]]
+                v = T1[p][b] + T2[p][b]
+                nu, nv = math.sqrt(sum(x * x for x in u)), math.sqrt(sum(x * x for x in v))
+                total += sum((x / nu - y / nv) ** 2 for x, y in zip(u, v))
+    got = fuser(0, torch.tensor(S), [torch.tensor(T1), torch.tensor(T2)], torch.tensor(MASK))
+    assert got.item() == pytest.approx(total, rel=1e-6)
+
+
 def test_one_layer_group_of_equal_width_has_no_projection():
     fuser = CombinationFuser([(3,), (6,)], student_dim=4, teacher_dim=4)
     assert sum(p.numel() for p in fuser.parameters()) == 0
     assert len(list(CombinationFuser([(3,)], student_dim=4, teacher_dim=8).parameters())) == 2
 
 
-@pytest.mark.parametrize("score", ["dot", "scaled_dot", "cosine"])
-def test_alp_by_hand(score):
+@pytest.mark.parametrize("score,reduction", [
+    ("dot", "mean"), ("scaled_dot", "mean"), ("cosine", "mean"), ("dot", "sum"),
+])
+def test_alp_by_hand(score, reduction):
     def sc(u, v):
         dot = sum(x * y for x, y in zip(u, v))
         if score == "scaled_dot":
@@ -94,9 +140,9 @@ def test_alp_by_hand(score):
             a1, a2 = math.exp(s1 - m), math.exp(s2 - m)
             a1, a2 = a1 / (a1 + a2), a2 / (a1 + a2)
             fused[p][b] = [a1 * x + a2 * y for x, y in zip(T1[p][b], T2[p][b])]
-    fuser = AttentionFuser(4, 4, score=score)
+    fuser = AttentionFuser(4, 4, score=score, reduction=reduction)
     got = fuser(0, torch.tensor(S), [torch.tensor(T1), torch.tensor(T2)], torch.tensor(MASK))
-    assert got.item() == pytest.approx(mse_by_hand(S, fused, MASK), rel=1e-5)
+    assert got.item() == pytest.approx(mse_by_hand(S, fused, MASK, reduction=reduction), rel=1e-5)
     alpha = fuser.last_alpha[0]
     assert alpha.shape == (2, 3, 2) and torch.allclose(alpha.sum(0), torch.ones(3, 2))
 
@@ -118,6 +164,124 @@ def test_alp_sentence_granularity_by_hand():
     fuser = AttentionFuser(4, 4, score="dot", granularity="sentence")
     got = fuser(0, torch.tensor(S), [torch.tensor(T1), torch.tensor(T2)], torch.tensor(MASK))
     assert got.item() == pytest.approx(total, rel=1e-5)
+
+
+# -- each method's defaults (its paper's form) and the named variants ---------------------------
+
+def layer_context(teacher_layers=6, student_layers=2, student_dim=4, teacher_dim=4):
+    def shape(layers, dim):
+        return {"encoder": (layers, dim), "decoder": (layers, dim)}
+    return TermContext(teachers=[None], student_shape=shape(student_layers, student_dim),
+                       teacher_shape=shape(teacher_layers, teacher_dim), source_pad=1, target_pad=1)
+
+
+@pytest.mark.parametrize("method,options,expected", [
+    ("pkd", {}, ("l2", "sum", "teacher")),                       # PKD Eq. 3
+    ("ckd", {}, ("none", "mean", "teacher")),                    # CKD Eq. 3, --ckd-form paper
+    ("ckd", {"ckd_form": "released"}, ("l2", "sum", "student")),  # the CKD authors' code
+    ("ckd", {"ckd_form": "released", "normalize": "none", "reduction": "mean"}, ("none", "mean", "student")),
+    ("ckd", {"ckd_project": "student"}, ("none", "mean", "student")),
+    ("pkd", {"reduction": "mean", "ckd_project": "student"}, ("l2", "mean", "teacher")),
+    ("alp_kd", {}, ("none", "mean", None)),                      # ALP-KD Eq. 7
+    ("alp_kd", {"normalize": "l2", "reduction": "sum"}, ("l2", "sum", None)),
+])
+def test_each_method_defaults_to_its_paper_form(method, options, expected):
+    term = LayerKDTerm(method, 0.7, layer_context(student_dim=4, teacher_dim=8), **options)
+    fuser = term.fusers["encoder"]
+    project = fuser.project if isinstance(fuser, CombinationFuser) else None
+    assert (term.normalize, term.reduction, project) == expected
+    assert (fuser.normalize, fuser.reduction) == expected[:2]
+
+
+def two_layer_features(layer1, layer2):
+    """One sentence of one position, d = 2; states: embedding, layer 1, layer 2."""
+    states = [torch.zeros(1, 1, 2)] + [torch.tensor([[v]]) for v in (layer1, layer2)]
+    return Features(net_output=(None,), encoder_padding_mask=torch.zeros(1, 1, dtype=torch.bool),
+                    encoder_states=states)
+
+
+def test_pkd_term_by_hand():
+    """skip map for 2 -> 2 pairs layer j with layer j; Eq. 3: Σ_j ‖unit(s_j) − unit(t_j)‖²:
+    (3,4) vs (1,0): (0.6−1)² + 0.8² = 0.8; (0,2) vs (0,−1): 2² = 4."""
+    student, teacher = two_layer_features([3.0, 4.0], [0.0, 2.0]), two_layer_features([1.0, 0.0], [0.0, -1.0])
+    term = LayerKDTerm("pkd", 0.7, layer_context(2, 2, 2, 2))
+    assert term.forward(student, [teacher], None).item() == pytest.approx(0.8 + 4, rel=1e-6)
+    term = LayerKDTerm("pkd", 0.7, layer_context(2, 2, 2, 2), reduction="mean")
+    assert term.forward(student, [teacher], None).item() == pytest.approx((0.8 + 4) / 2, rel=1e-6)
+
+
+@pytest.mark.parametrize("layer_map,reduction,expected", [
+    # s_1 = (1,0), t_1 = (1,0), t_2 = (0,1): dot scores 1, 0, so α = (e, 1)/(e+1) and
+    # C = α; s_1 − C = (1 − α_1, −α_2) = (a, −a) with a = 1/(e+1): mean_d = a², Σ_d = 2a²
+    ("", "", 1 / (math.e + 1) ** 2),       # default 'alp': the last student layer gets no loss
+    ("", "sum", 2 / (math.e + 1) ** 2),
+    ("all", "", None),                     # 'all' adds student layer 2 = (10, −10)
+])
+def test_alp_kd_term_by_hand(layer_map, reduction, expected):
+    student, teacher = two_layer_features([1.0, 0.0], [10.0, -10.0]), two_layer_features([1.0, 0.0], [0.0, 1.0])
+    term = LayerKDTerm("alp_kd", 0.7, layer_context(2, 2, 2, 2), layer_map=layer_map, reduction=reduction)
+    got = term.forward(student, [teacher], None).item()
+    if expected is None:
+        # layer 2: scores (10, −10) -> α ≈ (1, e^−20): C ≈ t_1 = (1, 0); mean_d of (9², 10²)
+        a = 1 / (math.e + 1)
+        alpha2 = 1 / (1 + math.exp(20))
+        c = (1 - alpha2, alpha2)
+        expected = a * a + ((10 - c[0]) ** 2 + (-10 - c[1]) ** 2) / 2
+    assert got == pytest.approx(expected, rel=1e-6)
+
+
+def test_alp_kd_defaults_to_the_papers_connection_pattern(caplog):
+    every = (1, 2, 3, 4, 5, 6)
+    with caplog.at_level("INFO"):
+        term = LayerKDTerm("alp_kd", 0.7, layer_context(6, 3), side="both")
+    assert term.pairs == {"encoder": [(1, every), (2, every)], "decoder": [(1, every), (2, every)]}
+    for side in ("encoder", "decoder"):
+        assert (f"alp_kd {side}: no layer loss for student layer(s) 3 of 3: the 'alp' map connects no "
+                f"teacher layer to them") in caplog.text
+        assert f"alp_kd {side} layer map (6 teacher -> 3 student layers, 'alp'): " in caplog.text
+    assert "student 3 <- none (no layer loss)" in caplog.text
+    # the former default, by name: every student layer, the last included
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        term = LayerKDTerm("alp_kd", 0.7, layer_context(6, 3), layer_map="all")
+    assert term.pairs["encoder"] == [(1, every), (2, every), (3, every)]
+    assert "no layer loss" not in caplog.text
+    # the embedding joins as pair 0 either way
+    term = LayerKDTerm("alp_kd", 0.7, layer_context(6, 3), include_embedding=True)
+    assert term.pairs["encoder"] == [(0, (0,)), (1, every), (2, every)]
+
+
+def test_alp_pattern_keeps_a_one_layer_students_only_layer(caplog):
+    with caplog.at_level("WARNING"):
+        term = LayerKDTerm("alp_kd", 0.7, layer_context(3, 1))
+    assert term.pairs["encoder"] == [(1, (1, 2, 3))]
+    assert "a 1-layer student has no other: its only layer learns from every teacher layer" in caplog.text
+
+
+def test_option_defaults_leave_the_choice_to_the_method():
+    from types import SimpleNamespace
+
+    from fairseq_distill.criterions.options import ALPKDConfig, CKDConfig, DistillConfig, PKDConfig
+
+    for config in (PKDConfig(), CKDConfig(), ALPKDConfig(), DistillConfig()):
+        assert config.layer_mse_reduction is None
+    ckd = CKDConfig()
+    assert (ckd.ckd_form, ckd.ckd_project, ckd.layer_normalize, ckd.ckd_combination) == ("paper", None, None, "rc")
+    # the stored options of a checkpoint written before --layer-mse-reduction and --ckd-form
+    old = SimpleNamespace(layer_weight=0.7, kd_side="encoder", layer_map="", decoder_layer_map="",
+                          layer_normalize="none", kd_include_embedding=False, ckd_combination="rc",
+                          ckd_project="teacher")
+    term = LayerKDTerm.from_config(old, layer_context(), "ckd")
+    assert (term.normalize, term.reduction, term.fusers["encoder"].project) == ("none", "mean", "teacher")
+
+
+def test_unknown_form_and_reduction_are_errors():
+    from fairseq_distill.errors import DistillError
+
+    with pytest.raises(DistillError, match="unknown --ckd-form 'code'; valid: paper, released"):
+        LayerKDTerm("ckd", 0.7, layer_context(), ckd_form="code")
+    with pytest.raises(DistillError, match="unknown --layer-mse-reduction 'max'; valid: sum, mean"):
+        LayerKDTerm("ckd", 0.7, layer_context(), reduction="max")
 
 
 # -- feature capture ---------------------------------------------------------------------------
@@ -150,6 +314,7 @@ def test_captured_teacher_states_equal_layer_by_layer_forward(tiny_data, deep_te
 @pytest.mark.parametrize("criterion,extra", [
     ("pkd", []), ("ckd", ["--ckd-combination", "oc"]), ("ckd", ["--ckd-project", "student"]),
     ("alp_kd", ["--alp-score", "scaled_dot"]), ("ckd", ["--kd-side", "both"]),
+    ("ckd", ["--ckd-form", "released", "--layer-mse-reduction", "mean"]),
 ])
 def test_total_loss_weights(tiny_data, deep_teacher, criterion, extra):
     _, _, crit, loss, logs = distill_loss(tiny_data, deep_teacher, criterion, *extra)

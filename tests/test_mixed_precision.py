@@ -36,7 +36,9 @@ def test_layer_losses_in_fp32_from_half_states(dtype):
     s, t = torch.randn(4, 2, 8, generator=g), torch.randn(4, 2, 8, generator=g)
     mask = torch.tensor([[True] * 4, [True, True, False, False]])
     for normalize in ("none", "l2"):
-        close(masked_mse(s.to(dtype), t.to(dtype), mask, normalize), masked_mse(s, t, mask, normalize), dtype)
+        for reduction in ("mean", "sum"):
+            close(masked_mse(s.to(dtype), t.to(dtype), mask, normalize, reduction),
+                  masked_mse(s, t, mask, normalize, reduction), dtype)
 
 
 @pytest.mark.parametrize("dtype", HALF)
@@ -57,6 +59,7 @@ def test_attention_kd_in_fp32_from_half_maps(dtype):
 @pytest.mark.parametrize("make", [
     lambda: CombinationFuser([(1, 2)], 8, 6, "teacher", "l2"),
     lambda: CombinationFuser([(1, 2)], 8, 6, "student", "none"),
+    lambda: CombinationFuser([(1, 2)], 8, 6, "student", "l2", "sum"),  # --ckd-form released
     lambda: AttentionFuser(8, 6, "scaled_dot", normalize="l2"),
 ])
 def test_fusers_run_in_the_training_dtype(dtype, make):

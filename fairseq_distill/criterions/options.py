@@ -146,7 +146,8 @@ class LayerKDConfig(LayerKDOptions, WordKDConfig):
 @dataclass
 class PKDConfig(LayerKDConfig):
     layer_normalize: ChoiceEnum(["none", "l2"]) = field(
-        default="l2", metadata={"help": "l2: unit-normalise each vector before the MSE (the PKD paper)"}
+        default="l2", metadata={"help": "l2: unit-normalise each vector before the MSE (the PKD paper's "
+                                "Eq. 3, with the default --layer-mse-reduction sum)"}
     )
 
 

@@ -3,11 +3,15 @@ with fixed terms and the papers' defaults (see :mod:`fairseq_distill.criterions.
 
 * ``word_kd``: ``(1 − η)·CE_ls + η·τ²·Σ_tokens KL(p_teacher^τ ‖ p_student^τ)`` (η = 0.5).
 * ``pkd``, ``ckd``, ``alp_kd``: ``β·CE_ls + η·word-KD + λ·layer loss``, β = 1 − η − λ unless
-  ``--ce-weight`` is given; η = 0.1, λ = 0.7 as in Wu et al. (2020).
+  ``--ce-weight`` is given; η = 0.1, λ = 0.7 as in Wu et al. (2020). The layer loss and layer
+  map default to each paper's form (:mod:`fairseq_distill.terms.layer`).
 * ``a2d``: ``(1 − α)·CE_ls + α·word-KD + β·decay^(epoch − 1)·attention KL`` (α = 0.5, β = 1,
   decay 0.9, as in Jin et al. 2024).
 
-Their option names, defaults and checkpoints are those of fairseq_distill 0.1.
+Their option names and checkpoints are those of fairseq_distill 0.1. Two defaults have changed
+since, to the papers' forms: ``pkd`` sums the squared difference over the hidden dimension
+(``--layer-mse-reduction mean`` is 0.1's), and ``alp_kd`` leaves the last layer of a student
+with two or more layers without a layer loss (``--layer-map all`` is 0.1's).
 """
 from fairseq.criterions import register_criterion
 

@@ -1,6 +1,8 @@
 """How layer KD turns a group of teacher states (and the student state) into the pair it
 compares: CKD's fused linear map (PKD is its one-layer case) and ALP-KD's attention over
-teacher layers. A fuser's projections are learned parameters of the criterion."""
+teacher layers. A fuser's projections are learned parameters of the criterion. The pair is
+compared by :func:`~fairseq_distill.losses.masked_mse` with the fuser's ``normalize`` and
+``reduction`` (over the feature dimension: ``mean`` or ``sum``)."""
 import logging
 from typing import Sequence, Tuple
 
@@ -19,16 +21,16 @@ def warn_if_collapsible(normalize: str):
         logger.warning(
             "a learned projection of the teacher's states compared by unnormalised MSE lets both sides "
             "shrink towards a constant, so the layer loss can vanish while the student unlearns; "
-            "--layer-normalize l2 (or, for ckd, --ckd-project student) avoids that")
+            "--layer-normalize l2 (or, for ckd, --ckd-project student or --ckd-form released) avoids that")
 
 
 class CombinationFuser(nn.Module):
     """One optional linear map per (student layer, teacher group) pair."""
 
     def __init__(self, groups: Sequence[Tuple[int, ...]], student_dim: int, teacher_dim: int,
-                 project: str = "teacher", normalize: str = "none"):
+                 project: str = "teacher", normalize: str = "none", reduction: str = "mean"):
         super().__init__()
-        self.project, self.normalize = project, normalize
+        self.project, self.normalize, self.reduction = project, normalize, reduction
         maps = []
         for group in groups:
             fused_dim = len(group) * teacher_dim
@@ -46,16 +48,19 @@ class CombinationFuser(nn.Module):
         linear = self.maps[index]
         if self.project == "teacher":
             # cast the frozen teacher's states to the projection's dtype (they may differ under fp16)
-            return masked_mse(student_state, linear(concat.to(student_state.dtype)), mask, self.normalize)
-        return masked_mse(linear(student_state), concat, mask, self.normalize)
+            return masked_mse(student_state, linear(concat.to(student_state.dtype)), mask, self.normalize,
+                              self.reduction)
+        return masked_mse(linear(student_state), concat, mask, self.normalize, self.reduction)
 
 
 class AttentionFuser(nn.Module):
     """ALP-KD: attention over the group's teacher layers, per position or per sentence."""
 
-    def __init__(self, student_dim, teacher_dim, score="dot", granularity="token", normalize="none"):
+    def __init__(self, student_dim, teacher_dim, score="dot", granularity="token", normalize="none",
+                 reduction="mean"):
         super().__init__()
         self.score, self.granularity, self.normalize = score, granularity, normalize
+        self.reduction = reduction
         self.project = nn.Identity() if student_dim == teacher_dim else nn.Linear(teacher_dim, student_dim)
         if student_dim != teacher_dim:
             warn_if_collapsible(normalize)
@@ -69,4 +74,4 @@ class AttentionFuser(nn.Module):
             mask = mask.new_ones(mask.size(0), 1)
         alpha = alp_attention(student_state, teachers, self.score)
         self.last_alpha[index] = alpha.detach()
-        return masked_mse(student_state, alp_fuse(teachers, alpha), mask, self.normalize)
+        return masked_mse(student_state, alp_fuse(teachers, alpha), mask, self.normalize, self.reduction)

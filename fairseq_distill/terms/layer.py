@@ -1,19 +1,36 @@
-"""Intermediate-layer KD: ``Σ_sides Σ_(j, G_j) MSE(h_s^j, F_j(h_t^G_j))`` over real positions.
+"""Intermediate-layer KD: ``Σ_sides Σ_(j, G_j) Σ_positions D(h_s^j, F_j(h_t^G_j))``.
+
+``D`` is the squared difference of the pair reduced over the hidden dimension d
+(``--layer-mse-reduction``): ``sum``, the squared L2 distance ‖s − t‖², or ``mean``, the
+mean-square error (1/d)·‖s − t‖²; with ``--layer-normalize l2`` both vectors are first scaled to
+unit length. Positions, student layers and sides are summed (the criterion divides by
+``sample_size``).
 
 One term for PKD (Sun et al., 2019), CKD (Wu et al., EMNLP 2020) and ALP-KD (Passban et
-al., AAAI 2021); they differ in the default layer map and the *fuser*
-(:mod:`fairseq_distill.terms.fusers`):
+al., AAAI 2021). Each method's defaults (:data:`METHODS`) are its paper's form as written;
+variants are named options, and an option given explicitly wins over the default:
 
-* ``pkd``: student layer j ← one teacher layer (evenly spaced ``skip`` map), unit-normalised
-  states (``--layer-normalize l2`` by default), a learned projection if widths differ;
-* ``ckd``: student layer j ← a group of teacher layers, concatenated and fused by a learned
-  linear map (``--ckd-combination`` presets or ``--layer-map``; ``--ckd-project``);
-* ``alp_kd``: student layer j attends over the teacher layers of its group (all by default).
+* ``pkd``: student layer j ← one teacher layer (evenly spaced ``skip`` map), PKD's Eq. 3:
+  the squared L2 distance (sum over d) of unit-normalised states (``l2``, ``sum``). PKD
+  compares BERT's [CLS] state; here every real position is compared. A learned projection
+  of the teacher state bridges different widths (the paper's widths are equal).
+* ``ckd``: student layer j ← a group of teacher layers (``--ckd-combination`` presets, rc by
+  default, or ``--layer-map``). ``--ckd-form paper`` (default), CKD's Eq. 3: the group's
+  concatenated teacher states fused to the student width by a learned linear map, compared
+  by MSE ("MSE() is the mean-square error function": mean over d), states not normalised.
+  ``--ckd-form released``, the authors' released code: the student state projected to the
+  concatenated teacher width (``--ckd-project student``), both unit-normalised, the squared
+  difference summed over d.
+* ``alp_kd``: student layer j attends over the teacher layers of its group and is compared
+  with the attention-weighted teacher state by MSE (Eq. 7, mean over d), not normalised.
+  Default map ``alp``: every teacher layer (Eq. 6) for every student layer except the last,
+  which gets no layer loss, as in the paper's experiments; ``--layer-map all`` includes the
+  last student layer.
 
 Layer l's state is the output of layer l before any final layer norm; the embedding output
 (index 0) joins only with ``--kd-include-embedding``. Source positions count for the
-encoder, target positions for the decoder. MSE is the mean over the feature dimension,
-summed over positions, layers and sides.
+encoder, target positions for the decoder. A student layer that a map leaves without
+teacher layers (only the ``alp`` preset does) gets no layer loss, and that is logged.
 """
 import logging
 from typing import Dict, List, Tuple
@@ -24,17 +41,25 @@ from torch import Tensor
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import FeatureRequest, Features
 from fairseq_distill.layer_maps import format_layer_map, resolve_layer_map
+from fairseq_distill.losses import MSE_REDUCTIONS
 from fairseq_distill.terms.base import DistillationTerm, TermContext, check_fraction
 from fairseq_distill.terms.fusers import AttentionFuser, CombinationFuser
 
 logger = logging.getLogger(__name__)
 
 SIDES = {"encoder": ("encoder",), "decoder": ("decoder",), "both": ("encoder", "decoder")}
-# per method: the layer map used when none is given, and the state normalisation
+# Per method, its paper's form as written: the layer map used when none is given, the state
+# normalisation, the reduction of the squared difference over d and the projection side.
+# (ckd's map default comes from --ckd-combination.)
 METHODS = {
-    "pkd": {"map": "skip", "normalize": "l2"},
-    "ckd": {"map": "rc", "normalize": "none"},
-    "alp_kd": {"map": "all", "normalize": "none"},
+    "pkd": {"map": "skip", "normalize": "l2", "reduction": "sum", "project": "teacher"},
+    "ckd": {"map": "rc", "normalize": "none", "reduction": "mean", "project": "teacher"},
+    "alp_kd": {"map": "alp", "normalize": "none", "reduction": "mean"},
+}
+# --ckd-form: what each form changes in the ckd entry above
+CKD_FORMS = {
+    "paper": {},
+    "released": {"normalize": "l2", "reduction": "sum", "project": "student"},
 }
 
 Pair = Tuple[int, Tuple[int, ...]]  # (student layer, teacher layers); 0 is the embedding
@@ -46,14 +71,29 @@ class LayerKDTerm(DistillationTerm):
     def __init__(self, method: str, weight: float, context: TermContext, side: str = "encoder",
                  layer_map: str = "", decoder_layer_map: str = "", normalize: str = "",
                  include_embedding: bool = False, ckd_combination: str = "rc",
-                 ckd_project: str = "teacher", alp_score: str = "dot", alp_granularity: str = "token"):
+                 ckd_project: str = "", alp_score: str = "dot", alp_granularity: str = "token",
+                 reduction: str = "", ckd_form: str = "paper"):
+        """Empty ``normalize``, ``reduction``, ``ckd_project``: the method's own (for ckd, that
+        of ``ckd_form``)."""
         if method not in METHODS:
             raise DistillError(f"unknown layer-KD method '{method}'; valid: {', '.join(METHODS)}")
+        if ckd_form not in CKD_FORMS:
+            raise DistillError(f"unknown --ckd-form '{ckd_form}'; valid: {', '.join(CKD_FORMS)}")
         check_fraction("--layer-weight", weight)
         super().__init__(weight)
         self.method = method
         self.sides = SIDES[side]
-        self.normalize = normalize or METHODS[method]["normalize"]
+        defaults = dict(METHODS[method], **(CKD_FORMS[ckd_form] if method == "ckd" else {}))
+        self.normalize = normalize or defaults["normalize"]
+        self.reduction = reduction or defaults["reduction"]
+        if self.reduction not in MSE_REDUCTIONS:
+            raise DistillError(f"unknown --layer-mse-reduction '{self.reduction}'; valid: {', '.join(MSE_REDUCTIONS)}")
+        # pkd compares one teacher layer with its student layer as the paper does: the teacher
+        # side is mapped if widths differ, whatever --ckd-project says
+        ckd_project = (ckd_project if method == "ckd" else "") or defaults.get("project", "teacher")
+        logger.info(f"{method} layer loss: {'unit-normalised' if self.normalize == 'l2' else 'raw'} states, "
+                    f"squared difference {'summed' if self.reduction == 'sum' else 'averaged'} over the "
+                    f"hidden dimension" + (f", {ckd_project}-side projection" if method == "ckd" else ""))
         self.source_pad, self.target_pad = context.source_pad, context.target_pad
         context.single_teacher(method)
         student_shape, teacher_shape = context.student_layout(method), context.teacher_shape
@@ -67,13 +107,19 @@ class LayerKDTerm(DistillationTerm):
             groups = resolve_layer_map(spec, t_layers, s_layers)
             logger.info(f"{method} {s} layer map ({t_layers} teacher -> {s_layers} student layers, "
                         f"'{spec}'): {format_layer_map(groups)}")
-            pairs = [(j + 1, g) for j, g in enumerate(groups)]
+            unconnected = [j + 1 for j, g in enumerate(groups) if not g]
+            if unconnected:
+                logger.info(f"{method} {s}: no layer loss for student layer(s) "
+                            f"{', '.join(map(str, unconnected))} of {s_layers}: the '{spec}' map connects "
+                            f"no teacher layer to them")
+            pairs = [(j + 1, g) for j, g in enumerate(groups) if g]
             if include_embedding:
                 pairs.insert(0, (0, (0,)))
             self.pairs[s] = pairs
             groups = [g for _, g in pairs]
             if method == "alp_kd":
-                fusers[s] = AttentionFuser(s_dim, t_dim, alp_score, alp_granularity, self.normalize)
+                fusers[s] = AttentionFuser(s_dim, t_dim, alp_score, alp_granularity, self.normalize,
+                                           self.reduction)
             else:
                 if method == "pkd":
                     wide = [g for g in groups if len(g) > 1]
@@ -81,8 +127,7 @@ class LayerKDTerm(DistillationTerm):
                         raise DistillError(
                             f"pkd matches each student layer to one teacher layer; the map has group "
                             f"{{{','.join(map(str, wide[0]))}}}: use ckd for groups")
-                    ckd_project = "teacher"
-                fusers[s] = CombinationFuser(groups, s_dim, t_dim, ckd_project, self.normalize)
+                fusers[s] = CombinationFuser(groups, s_dim, t_dim, ckd_project, self.normalize, self.reduction)
         self.fusers = nn.ModuleDict(fusers)
 
     @classmethod
@@ -91,9 +136,12 @@ class LayerKDTerm(DistillationTerm):
                    decoder_layer_map=cfg.decoder_layer_map,
                    normalize=str(cfg.layer_normalize or ""), include_embedding=cfg.kd_include_embedding,
                    ckd_combination=str(getattr(cfg, "ckd_combination", "rc")),
-                   ckd_project=str(getattr(cfg, "ckd_project", "teacher")),
+                   ckd_project=str(getattr(cfg, "ckd_project", None) or ""),
                    alp_score=str(getattr(cfg, "alp_score", "dot")),
-                   alp_granularity=str(getattr(cfg, "alp_granularity", "token")))
+                   alp_granularity=str(getattr(cfg, "alp_granularity", "token")),
+                   # absent from the stored options of checkpoints written before they existed
+                   reduction=str(getattr(cfg, "layer_mse_reduction", None) or ""),
+                   ckd_form=str(getattr(cfg, "ckd_form", None) or "paper"))
 
     @property
     def request(self) -> FeatureRequest:

@@ -44,6 +44,7 @@ setup(
             "fsd-export-subnetwork=fairseq_distill.cli.export_subnetwork:main",
             "fsd-evaluate-depths=fairseq_distill.cli.evaluate_depths:main",
             "fsd-compare=fairseq_distill.cli.compare:main",
+            "fsd-cache-teacher=fairseq_distill.cli.cache_teacher:main",
         ]
     },
 )

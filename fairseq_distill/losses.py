@@ -55,6 +55,42 @@ def word_kd_loss(
 MSE_REDUCTIONS = ("sum", "mean")
 
 
+def topk_word_kd_loss(
+    student_log_probs: Tensor,
+    teacher_top_log_probs: Tensor,
+    teacher_top_indices: Tensor,
+    non_pad_mask: Tensor,
+    temperature: float = 1.0,
+    remainder: bool = True,
+) -> Tensor:
+    """τ² · Σ_{non-pad tokens} KL over the teacher's top-k tokens plus one remainder bucket.
+
+    ``student_log_probs``: B x T x V at temperature τ; ``teacher_top_log_probs``,
+    ``teacher_top_indices``: B x T x K, the teacher's K most probable tokens (at τ) and their
+    log-probabilities; ``non_pad_mask``: B x T. With p_k, q_k the teacher's and student's
+    probabilities of the K tokens, r = 1 − Σ p_k and s = 1 − Σ q_k the mass of all others::
+
+        KL_k = Σ_k p_k·(log p_k − log q_k) + r·(log r − log s)
+
+    the KL divergence between the two distributions coarsened to K + 1 outcomes (the K
+    tokens, "any other token"); with K = V (``remainder=False``) it is the full KL of
+    :func:`word_kd_loss`. r is clamped at 0 (rounding of stored values can make Σ p_k exceed
+    1) and s at 1e-12, so that a student with no mass left outside the K tokens gets a large
+    but finite loss and no NaN gradient.
+    """
+    log_p = teacher_top_log_probs.float()
+    log_q = student_log_probs.gather(-1, teacher_top_indices)
+    p = log_p.exp()  # exp(−inf) = 0 at padding
+    finite_log_p = log_p.clamp(min=torch.finfo(log_p.dtype).min)
+    per_token = (p * (finite_log_p - log_q)).sum(-1)
+    if remainder:
+        r = (1.0 - p.sum(-1)).clamp(min=0.0)
+        s = (1.0 - log_q.exp().sum(-1)).clamp(min=1e-12)
+        per_token = per_token + torch.where(r > 0, r * (r.clamp(min=1e-30).log() - s.log()), torch.zeros_like(r))
+    per_token = per_token.masked_fill(~non_pad_mask, 0.0)
+    return per_token.sum() * (temperature**2)
+
+
 def masked_mse(student: Tensor, teacher: Tensor, mask: Tensor, normalize: str = "none",
                reduction: str = "mean") -> Tensor:
     """Σ_{real positions} of the squared difference reduced over the feature dimension d,

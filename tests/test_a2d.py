@@ -255,6 +255,7 @@ def test_reference_mode_has_the_released_codes_gradient_ratio():
     from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 
     rng = random.Random(5)
+    torch.manual_seed(5)  # the alignment module's initial weights
     student_maps = torch.tensor(random_maps(rng, 4), requires_grad=True)  # C x B x T x S
     teacher = teacher_rows_on_real_keys(random_maps(rng, 6))
     logits = torch.randn(B, T, 10, generator=torch.Generator().manual_seed(0), requires_grad=True)
@@ -289,7 +290,7 @@ def test_reference_mode_has_the_released_codes_gradient_ratio():
 
     assert torch.allclose(ours_ce, n * their_ce_grad, rtol=1e-5, atol=1e-8)
     for ours, theirs in zip(ours_attn, their_attn_grad):
-        assert torch.allclose(ours, n * theirs, rtol=1e-4, atol=1e-7)
+        assert torch.allclose(ours, n * theirs, rtol=1e-4, atol=1e-6)
     ratio_ours = ours_attn[0].norm() / ours_ce.norm()
     ratio_theirs = their_attn_grad[0].norm() / their_ce_grad.norm()
     assert ratio_ours.item() == pytest.approx(ratio_theirs.item(), rel=1e-4)

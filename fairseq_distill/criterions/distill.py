@@ -101,12 +101,16 @@ class DistillationCriterion(LabelSmoothedCrossEntropyCriterion):
             raise DistillError(f"criterion {name} needs --task translation_distill (with --teacher-path); "
                                f"got task {type(task).__name__}")
         names = self.TERMS or parse_term_names(cfg.distill_terms)
-        teachers = task.load_teacher(criterion_name=name)
+        cache = task.load_teacher_cache() if hasattr(task, "load_teacher_cache") else None
+        # word-level KD from a cache alone runs no teacher: it is not even loaded
+        self.needs_teacher = cache is None or names != ("word_kd",)
+        teachers = task.load_teacher(criterion_name=name) if self.needs_teacher else None
         context = TermContext(
             teachers=teachers, student_shape=task.student_shape,
             teacher_shape=teacher_layout(teachers) if names != ("word_kd",) else None,
             source_pad=task.source_dictionary.pad(), target_pad=self.padding_idx,
             ignore_prefix_size=self.ignore_prefix_size, sentence_avg=self.sentence_avg,
+            teacher_cache=cache,
         )
         self.teachers = teachers  # not a module: never optimised, cast or saved
         self.terms = nn.ModuleDict(build_terms(names, cfg, context))
@@ -170,8 +174,10 @@ class DistillationCriterion(LabelSmoothedCrossEntropyCriterion):
 
         values = {}
         if terms:
-            like = next(unwrap_model(model).parameters())
-            teachers = self.teachers.features(sample["net_input"], request, like)
+            teachers = []
+            if any(t.reads_teacher for t in terms.values()):
+                like = next(unwrap_model(model).parameters())
+                teachers = self.teachers.features(sample["net_input"], request, like)
             values = self.term_values(terms, student, teachers, sample)
         ce_weight = self.ce_weight(terms)
         weighted = {name: terms[name].current_weight() * value for name, value in values.items()}

@@ -7,6 +7,9 @@ every epoch, ``set_num_updates`` before every training step) for scheduled weigh
 
 The teachers are loaded when a criterion that needs them is built (``needs_teacher``),
 which only training does: ``fairseq-generate`` and validation never load or run them.
+With ``--teacher-cache`` (made by ``fsd-cache-teacher``) word-level KD reads the teacher's
+stored top-k distributions instead (:meth:`load_teacher_cache`); the cache is checked
+against the dictionary when opened and against the training subset when it is loaded.
 """
 import logging
 from dataclasses import dataclass, field
@@ -18,6 +21,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import stack_shape
 from fairseq_distill.teacher import DICTIONARIES_KEY, TeacherEnsemble
+from fairseq_distill.teacher_cache import TeacherCache
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +34,12 @@ class TranslationDistillConfig(TranslationConfig):
             "help": "teacher checkpoint(s); several separated by ':' form an ensemble "
             "whose probabilities are averaged"
         },
+    )
+    teacher_cache: str = field(
+        default="",
+        metadata={"help": "directory made by fsd-cache-teacher: word-level KD reads the teacher's "
+                  "top-k distributions from it instead of running the teacher (with word-level KD "
+                  "alone the teacher is not loaded)"},
     )
     allow_size_only_dictionary_check: bool = field(
         default=False,
@@ -45,6 +55,7 @@ class TranslationDistillTask(TranslationTask):
     def __init__(self, cfg, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         self.teacher: Optional[TeacherEnsemble] = None
+        self.teacher_cache: Optional[TeacherCache] = None
         # (layers, width) per side and (layers, heads) per attention type of the student
         self.student_shape: Optional[dict] = None
         self.criterion = None  # the criterion this task built, told the training progress
@@ -78,12 +89,31 @@ class TranslationDistillTask(TranslationTask):
         self.criterion = criterion
         if getattr(criterion, "needs_teacher", False):
             self.load_teacher(criterion_name=getattr(cfg, "_name", type(criterion).__name__))
+        elif self.cfg.teacher_path and self.teacher_cache is not None:
+            logger.info(f"--teacher-path is not loaded: word-level KD reads {self.teacher_cache.describe()}")
         elif self.cfg.teacher_path:
             logger.warning(
                 f"--teacher-path is set but criterion {type(criterion).__name__} does not use a "
                 f"teacher; it is not loaded"
             )
         return criterion
+
+    def load_teacher_cache(self) -> Optional[TeacherCache]:
+        """The ``--teacher-cache`` (None without one), opened once and checked against the
+        target dictionary and, if already loaded, the training subset."""
+        if self.teacher_cache is None and self.cfg.teacher_cache:
+            self.teacher_cache = TeacherCache(self.cfg.teacher_cache)
+            self.teacher_cache.check_dictionary(self.tgt_dict)
+            train = self.cfg.train_subset
+            if train in self.datasets:
+                self.teacher_cache.check_dataset(train, self.datasets[train])
+            logger.info(f"word-level KD reads {self.teacher_cache.describe()}")
+        return self.teacher_cache
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        if self.teacher_cache is not None and split == self.cfg.train_subset:
+            self.teacher_cache.check_dataset(split, self.datasets[split])
 
     def load_teacher(self, criterion_name: str = "this criterion") -> TeacherEnsemble:
         if self.teacher is None:

@@ -15,13 +15,14 @@ class TermContext:
     the student and of the (first) teacher (see :func:`~fairseq_distill.features.stack_shape`),
     and the padding indices and target prefix of the data."""
 
-    teachers: object  # a TeacherEnsemble
+    teachers: object  # a TeacherEnsemble; None when word-level KD reads a teacher cache alone
     student_shape: Optional[dict]
     teacher_shape: Optional[dict]
     source_pad: int
     target_pad: int
     ignore_prefix_size: int = 0
     sentence_avg: bool = False
+    teacher_cache: Optional[object] = None  # a TeacherCache (--teacher-cache), for word-level KD
 
     def single_teacher(self, term: str):
         if len(self.teachers) != 1:
@@ -47,6 +48,7 @@ class DistillationTerm(nn.Module):
     name = "term"
     shares_ce_budget = True
     scheduled = False  # True: the weight changes during training, and is logged
+    reads_teacher = True  # False: needs no teacher forward pass (word-level KD from a cache)
 
     def __init__(self, weight: float):
         super().__init__()

@@ -1,11 +1,16 @@
-"""Word-level KD: ``τ² · Σ_tokens KL(p_teacher^τ ‖ p_student^τ)`` (Hinton et al.; Kim and Rush)."""
+"""Word-level KD: ``τ² · Σ_tokens KL(p_teacher^τ ‖ p_student^τ)`` (Hinton et al.; Kim and Rush).
+
+With a teacher cache (``--teacher-cache``) the teacher's distribution is its stored top-k and
+the KL is :func:`~fairseq_distill.losses.topk_word_kd_loss` (the K tokens plus one bucket for
+the rest; the full KL when K is the vocabulary size); no teacher runs.
+"""
 from typing import List
 
 from torch import Tensor
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import Features
-from fairseq_distill.losses import ensemble_log_probs, log_probs_at, word_kd_loss
+from fairseq_distill.losses import ensemble_log_probs, log_probs_at, topk_word_kd_loss, word_kd_loss
 from fairseq_distill.terms.base import DistillationTerm, TermContext, check_fraction
 
 
@@ -21,6 +26,10 @@ class WordKDTerm(DistillationTerm):
         super().__init__(weight)
         self.temperature = temperature
         self.prefix, self.padding_idx = context.ignore_prefix_size, context.target_pad
+        self.cache = context.teacher_cache
+        if self.cache is not None:
+            self.cache.check_temperature(temperature)
+            self.reads_teacher = False
 
     @classmethod
     def from_config(cls, cfg, context: TermContext) -> "WordKDTerm":
@@ -33,6 +42,11 @@ class WordKDTerm(DistillationTerm):
             student_log_probs = student.log_probs[:, p:]
         else:
             student_log_probs = log_probs_at(student.logits[:, p:], tau)
+        non_pad = sample["target"].ne(self.padding_idx)
+        if self.cache is not None:
+            top_log_probs, top_indices = self.cache.lookup(sample["id"], non_pad)
+            remainder = self.cache.meta.top_k < self.cache.meta.vocab_size
+            return topk_word_kd_loss(student_log_probs, top_log_probs[:, p:], top_indices[:, p:],
+                                     non_pad[:, p:], tau, remainder)
         teacher_log_probs = ensemble_log_probs([t.logits[:, p:] for t in teachers], tau)
-        non_pad = sample["target"][:, p:].ne(self.padding_idx)
-        return word_kd_loss(student_log_probs, teacher_log_probs, non_pad, tau)
+        return word_kd_loss(student_log_probs, teacher_log_probs, non_pad[:, p:], tau)

@@ -1,0 +1,263 @@
+"""Making a teacher cache (:mod:`fairseq_distill.teacher_cache`): run the teacher(s) once
+over a subset, teacher-forced on its targets as training feeds them, and keep the top-k.
+
+    fsd-cache-teacher --teacher T.pt --data data-bin --top-k 32 --out cache
+
+    # or sharded (one shard per GPU or machine), then merged
+    fsd-cache-teacher --teacher T.pt --data data-bin --top-k 32 --out cache --num-shards 4 --shard-id 0
+    ...
+    fsd-cache-teacher --data data-bin --out cache --num-shards 4 --merge
+
+A shard appends its rows to raw files in ``OUT/shards`` in the order it meets its
+sentences and writes a ``.done`` record (its sentence ids and settings) last, so a shard
+exists only once it is complete. The merge checks that every sentence came exactly once
+from shards made with the same settings, and moves the rows to corpus order.
+"""
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from typing import List, Optional
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from fairseq_distill.errors import DistillError
+from fairseq_distill.losses import ensemble_log_probs
+from fairseq_distill.teacher_cache import (
+    INDICES_FILE, LOG_PROBS_FILE, OFFSETS_FILE, VALUE_DTYPES, CacheMeta, dictionary_digest, file_digest,
+    index_dtype, offsets_from_sizes, sizes_digest,
+)
+
+logger = logging.getLogger(__name__)
+COPY_ROWS = 1 << 20  # rows moved per step of the merge
+
+
+@dataclass
+class CacheJob:
+    """What to make: the fields are fsd-cache-teacher's options (see its ``--help``)."""
+    data: str
+    out: str
+    teacher: Optional[str] = None  # ':'-separated for an ensemble
+    subset: str = "train"
+    top_k: int = 32
+    temperature: float = 1.0
+    dtype: str = "float16"
+    max_tokens: int = 4096
+    source_lang: Optional[str] = None
+    target_lang: Optional[str] = None
+    num_shards: int = 1
+    shard_id: Optional[int] = None  # make only this shard, merge later
+    merge: bool = False  # only merge existing shards
+    cpu: bool = False
+    allow_size_only_dictionary_check: bool = False
+
+    def settings(self) -> dict:
+        """What every shard of one cache must share."""
+        return {"subset": self.subset, "top_k": self.top_k, "temperature": self.temperature,
+                "dtype": self.dtype}
+
+
+def check_job(job: CacheJob):
+    if job.top_k < 1:
+        raise DistillError(f"--top-k must be at least 1, got {job.top_k}")
+    if job.temperature <= 0:
+        raise DistillError(f"--temperature must be positive, got {job.temperature}")
+    if job.dtype not in VALUE_DTYPES:
+        raise DistillError(f"--dtype '{job.dtype}': valid: {', '.join(VALUE_DTYPES)}")
+    if job.num_shards < 1 or (job.shard_id is not None and not 0 <= job.shard_id < job.num_shards):
+        raise DistillError(f"--shard-id must be in 0..{job.num_shards - 1}, got {job.shard_id}")
+    if job.max_tokens < 1:
+        raise DistillError(f"--max-tokens must be positive, got {job.max_tokens}")
+    if not os.path.isdir(job.data):
+        raise DistillError(f"data directory not found: '{job.data}'")
+
+
+def setup_data(job: CacheJob):
+    """The translation task over ``job.data`` and the subset's dataset."""
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+    from fairseq_distill.segmentation import load_meta
+
+    meta = load_meta(job.data) or {}
+    # a config made here, not by fairseq's parser: its fields that refer to other config
+    # groups (II(...)) are set explicitly
+    cfg = TranslationConfig(data=job.data, source_lang=job.source_lang or meta.get("source_lang"),
+                            target_lang=job.target_lang or meta.get("target_lang"), dataset_impl=None,
+                            train_subset=job.subset, required_seq_len_multiple=1)
+    try:
+        task = TranslationTask.setup_task(cfg)
+        task.load_dataset(job.subset)
+    except DistillError:
+        raise
+    except Exception as e:  # fairseq raises FileNotFoundError or a bare Exception for missing data
+        raise DistillError(f"cannot load subset '{job.subset}' of '{job.data}': {e}") from e
+    return task, task.dataset(job.subset)
+
+
+def shard_prefix(job: CacheJob, shard_id: int) -> str:
+    return os.path.join(job.out, "shards", f"shard{shard_id}-of-{job.num_shards}")
+
+
+def make_shard(job: CacheJob, task, dataset, shard_id: int) -> dict:
+    """Run the teachers over one shard's batches and append their top-k rows to its files."""
+    from fairseq_distill.teacher import TeacherEnsemble
+
+    teachers = TeacherEnsemble.load(job.teacher, task, job.allow_size_only_dictionary_check)
+    vocab = len(task.target_dictionary)
+    if job.top_k > vocab:
+        raise DistillError(f"--top-k {job.top_k} is larger than the target vocabulary ({vocab} symbols)")
+    device = torch.device("cuda" if torch.cuda.is_available() and not job.cpu else "cpu")
+    for model in teachers.models:
+        model.to(device)
+    itr = task.get_batch_iterator(dataset, max_tokens=job.max_tokens, num_shards=job.num_shards,
+                                  shard_id=shard_id, required_batch_size_multiple=1,
+                                  ignore_invalid_inputs=False).next_epoch_itr(shuffle=False)
+    prefix = shard_prefix(job, shard_id)
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    value_type, idx_type = np.dtype(job.dtype), index_dtype(vocab)
+    pad = task.target_dictionary.pad()
+    ids: List[int] = []
+    started = time.time()
+    total = (len(dataset) + job.num_shards - 1) // job.num_shards if job.num_shards > 1 else len(dataset)
+    bar = tqdm(total=total, desc=f"teacher cache shard {shard_id}/{job.num_shards}", unit="sent",
+               file=sys.stderr, mininterval=2.0, disable=None if sys.stderr.isatty() else False)
+    tokens = 0
+    with open(prefix + ".log_probs.bin", "wb") as fv, open(prefix + ".indices.bin", "wb") as fi, \
+            torch.no_grad():
+        for sample in itr:
+            if not sample:
+                continue
+            net_input = {k: v.to(device) for k, v in sample["net_input"].items()}
+            logits = [m(**net_input)[0] for m in teachers.models]
+            top_values, top_indices = ensemble_log_probs(logits, job.temperature).topk(job.top_k, dim=-1)
+            non_pad = sample["target"].ne(pad)
+            for b, sid in enumerate(sample["id"].tolist()):
+                real = non_pad[b].to(device)
+                fv.write(top_values[b][real].cpu().numpy().astype(value_type).tobytes())
+                fi.write(top_indices[b][real].cpu().numpy().astype(idx_type).tobytes())
+                ids.append(sid)
+                tokens += int(real.sum())
+            bar.update(len(sample["id"]))
+    bar.close()
+    seconds = time.time() - started
+    record = {"ids": ids, "tokens": tokens, "seconds": round(seconds, 1), "settings": job.settings(),
+              "teachers": [os.path.abspath(p) for p in teachers.paths],
+              "teacher_digests": [file_digest(p) for p in teachers.paths], "vocab_size": vocab}
+    with open(prefix + ".done.tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(prefix + ".done.tmp", prefix + ".done")
+    print(f"[cache] shard {shard_id}/{job.num_shards}: {len(ids):,} sentences, {tokens:,} target tokens in "
+          f"{seconds:.0f}s ({tokens / max(seconds, 1e-9):,.0f} tokens/s)", file=sys.stderr)
+    return record
+
+
+def read_shards(job: CacheJob, n_sentences: int) -> List[dict]:
+    records = []
+    for shard_id in range(job.num_shards):
+        done = shard_prefix(job, shard_id) + ".done"
+        if not os.path.isfile(done):
+            raise DistillError(f"shard {shard_id} of {job.num_shards} is missing or unfinished: {done} "
+                               f"(run with --shard-id {shard_id} first)")
+        with open(done) as f:
+            record = json.load(f)
+        record["shard_id"] = shard_id
+        records.append(record)
+    first = records[0]
+    for record in records[1:]:
+        for what in ("settings", "teachers", "teacher_digests", "vocab_size"):
+            if record[what] != first[what]:
+                raise DistillError(f"shards 0 and {record['shard_id']} were made with other {what}: "
+                                   f"{first[what]} against {record[what]}")
+    seen = np.zeros(n_sentences, dtype=np.int64)
+    for record in records:
+        ids = np.asarray(record["ids"], dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= n_sentences):
+            raise DistillError(f"shard {record['shard_id']} has sentence ids outside the subset (0..{n_sentences - 1})")
+        np.add.at(seen, ids, 1)
+    if (seen != 1).any():
+        missing, twice = np.nonzero(seen == 0)[0], np.nonzero(seen > 1)[0]
+        raise DistillError(f"the shards do not cover the subset exactly once: {missing.size} sentences missing "
+                           f"(first ids {missing[:5].tolist()}), {twice.size} repeated (first {twice[:5].tolist()})")
+    return records
+
+
+def merge_shards(job: CacheJob, dataset, task) -> CacheMeta:
+    """Move every shard's rows to corpus order in the final arrays, then write meta.json last."""
+    records = read_shards(job, len(dataset))
+    settings, vocab = records[0]["settings"], records[0]["vocab_size"]
+    sizes = np.asarray(dataset.tgt_sizes, dtype=np.int64)
+    offsets = offsets_from_sizes(sizes)
+    rows, k = int(offsets[-1]), settings["top_k"]
+    value_type, idx_type = np.dtype(settings["dtype"]), index_dtype(vocab)
+    values = np.lib.format.open_memmap(os.path.join(job.out, LOG_PROBS_FILE), mode="w+", dtype=value_type,
+                                       shape=(rows, k))
+    indices = np.lib.format.open_memmap(os.path.join(job.out, INDICES_FILE), mode="w+", dtype=idx_type,
+                                        shape=(rows, k))
+    for record in records:
+        prefix = shard_prefix(job, record["shard_id"])
+        ids = np.asarray(record["ids"], dtype=np.int64)
+        lengths = sizes[ids]
+        n_rows = int(lengths.sum())
+        src_values = np.memmap(prefix + ".log_probs.bin", dtype=value_type, mode="r", shape=(n_rows, k)) \
+            if n_rows else np.zeros((0, k), value_type)
+        src_indices = np.memmap(prefix + ".indices.bin", dtype=idx_type, mode="r", shape=(n_rows, k)) \
+            if n_rows else np.zeros((0, k), idx_type)
+        # destination row of every shard row: its sentence's first row plus its place in the sentence
+        shard_starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if ids.size else np.zeros(0, np.int64)
+        dest = np.repeat(offsets[ids] - shard_starts, lengths) + np.arange(n_rows)
+        for start in range(0, n_rows, COPY_ROWS):
+            part = slice(start, start + COPY_ROWS)
+            values[dest[part]] = src_values[part]
+            indices[dest[part]] = src_indices[part]
+    values.flush(), indices.flush()
+    del values, indices
+    np.save(os.path.join(job.out, OFFSETS_FILE), offsets)
+    meta = CacheMeta(
+        teachers=records[0]["teachers"], teacher_digests=records[0]["teacher_digests"],
+        data=os.path.abspath(job.data), subset=settings["subset"],
+        source_lang=task.cfg.source_lang, target_lang=task.cfg.target_lang,
+        sentences=len(dataset), tokens=rows, target_sizes_digest=sizes_digest(dataset.tgt_sizes),
+        source_sizes_digest=sizes_digest(dataset.src_sizes),
+        target_dictionary_digest=dictionary_digest(task.target_dictionary), vocab_size=vocab, top_k=k,
+        temperature=settings["temperature"], value_dtype=settings["dtype"], index_dtype=idx_type.name,
+        build_seconds=round(sum(r["seconds"] for r in records), 1),
+    )
+    meta.save(job.out)
+    shutil.rmtree(os.path.join(job.out, "shards"), ignore_errors=True)
+    return meta
+
+
+def cache_size_bytes(directory: str) -> int:
+    return sum(os.path.getsize(os.path.join(directory, f))
+               for f in (OFFSETS_FILE, LOG_PROBS_FILE, INDICES_FILE, "meta.json"))
+
+
+def make_teacher_cache(job: CacheJob) -> Optional[CacheMeta]:
+    """Make the shards ``job`` asks for and, when all exist, merge them; returns the finished
+    cache's meta (None after one shard of many)."""
+    check_job(job)
+    task, dataset = setup_data(job)
+    if len(dataset) == 0:
+        raise DistillError(f"empty subset: '{job.subset}' of {job.data} has no sentences")
+    os.makedirs(job.out, exist_ok=True)
+    if not job.merge:
+        if not job.teacher:
+            raise DistillError("--teacher is required to make a cache (or pass --merge to merge shards)")
+        shard_ids = [job.shard_id] if job.shard_id is not None else range(job.num_shards)
+        for shard_id in shard_ids:
+            make_shard(job, task, dataset, shard_id)
+        if len(shard_ids) != job.num_shards:
+            return None  # one shard of many: merge later
+    meta = merge_shards(job, dataset, task)
+    size = cache_size_bytes(job.out)
+    print(f"[cache] {job.out}: {meta.sentences:,} sentences, {meta.tokens:,} target tokens, K = {meta.top_k}, "
+          f"τ = {meta.temperature}, {meta.value_dtype}/{meta.index_dtype}; {size / 1e6:.1f} MB "
+          f"({size / max(meta.tokens, 1) * 1000 / 1e6:.2f} MB per 1,000 target tokens); teacher time "
+          f"{meta.build_seconds:.0f}s", file=sys.stderr)
+    return meta
+

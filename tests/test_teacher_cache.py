@@ -1,0 +1,235 @@
+"""The cached top-k teacher: the sparse KL by hand, the cache's alignment by sentence id,
+sharding, equality with the online term at K = V, and the errors for a cache of other data."""
+import json
+import math
+import os
+import shutil
+
+import pytest
+import torch
+
+from helpers import build, distill_train, first_batch, python_module, run
+from fairseq_distill.errors import DistillError
+from fairseq_distill.losses import log_probs_at, topk_word_kd_loss, word_kd_loss
+from fairseq_distill.teacher_cache import TeacherCache, index_dtype
+from fairseq_distill.teacher_cache_writer import CacheJob, make_teacher_cache
+
+# -- the sparse KL ------------------------------------------------------------------------------
+
+
+def test_topk_kl_by_hand():
+    """V = 4, K = 2, τ = 2; two sentences of 2 positions, the last one padding."""
+    student = torch.tensor([[[1.0, 0.0, -1.0, 0.5], [0.2, 0.3, 0.1, -0.4]],
+                            [[0.0, 2.0, 0.0, 0.0], [9.0, 9.0, 9.0, 9.0]]])
+    teacher_p = [[[0.5, 0.3], [0.6, 0.1]], [[0.7, 0.2], [0.9, 0.05]]]
+    indices = torch.tensor([[[0, 3], [2, 1]], [[1, 0], [0, 1]]])
+    non_pad = torch.tensor([[True, True], [True, False]])
+    tau = 2.0
+    log_q = log_probs_at(student, tau)
+    got = topk_word_kd_loss(log_q, torch.tensor(teacher_p).log(), indices, non_pad, tau)
+
+    want = 0.0
+    for b in range(2):
+        for t in range(2):
+            if not non_pad[b, t]:
+                continue
+            z = [x / tau for x in student[b, t].tolist()]
+            q = [math.exp(x) / sum(math.exp(y) for y in z) for x in z]
+            p = teacher_p[b][t]
+            qk = [q[i] for i in indices[b, t].tolist()]
+            r, s = 1 - sum(p), 1 - sum(qk)
+            want += sum(pi * math.log(pi / qi) for pi, qi in zip(p, qk)) + r * math.log(r / s)
+    assert got.item() == pytest.approx(tau**2 * want, rel=1e-5)
+
+
+def test_topk_kl_at_full_vocabulary_is_the_online_kl():
+    torch.manual_seed(0)
+    student, teacher = torch.randn(3, 5, 11), torch.randn(3, 5, 11) * 3
+    non_pad = torch.rand(3, 5) > 0.3
+    for tau in (1.0, 2.0):
+        log_q, log_p = log_probs_at(student, tau), log_probs_at(teacher, tau)
+        values, indices = log_p.topk(11, dim=-1)
+        full = word_kd_loss(log_q, log_p, non_pad, tau)
+        assert topk_word_kd_loss(log_q, values, indices, non_pad, tau, remainder=False).item() == \
+            pytest.approx(full.item(), rel=1e-6)
+        # the remainder bucket of an exhausted vocabulary holds (nearly) nothing
+        assert topk_word_kd_loss(log_q, values, indices, non_pad, tau).item() == pytest.approx(full.item(), rel=1e-4)
+
+
+def test_topk_kl_gradients_stay_finite_at_the_edges():
+    """A student with no mass outside the K tokens, and a teacher with none either."""
+    student = torch.tensor([[[30.0, 30.0, -30.0, -30.0]]], requires_grad=True)
+    indices = torch.tensor([[[0, 1]]])
+    for teacher_p in ([0.5, 0.5], [0.6, 0.3]):
+        loss = topk_word_kd_loss(torch.log_softmax(student, -1), torch.tensor([[teacher_p]]).log(), indices,
+                                 torch.tensor([[True]]))
+        (grad,) = torch.autograd.grad(loss, student)
+        assert torch.isfinite(loss) and torch.isfinite(grad).all()
+
+
+def test_index_type_is_the_smallest_that_holds_the_vocabulary():
+    assert index_dtype(256).name == "uint8" and index_dtype(257).name == "uint16"
+    assert index_dtype(65536).name == "uint16" and index_dtype(65537).name == "uint32"
+
+
+# -- the cache on the tiny corpus ---------------------------------------------------------------
+
+
+def make_cache(data, teacher, out, **kwargs):
+    make_teacher_cache(CacheJob(data=data, out=str(out), teacher=teacher, cpu=True, max_tokens=800, **kwargs))
+    return TeacherCache(str(out))
+
+
+@pytest.fixture(scope="module")
+def cache_k8(tiny_data, tiny_teacher, tmp_path_factory):
+    return make_cache(tiny_data, tiny_teacher, tmp_path_factory.mktemp("cache") / "k8", top_k=8)
+
+
+def online_top_k(task, teacher_path, sample, k, tau=1.0):
+    from fairseq_distill.teacher import TeacherEnsemble
+
+    teachers = TeacherEnsemble.load(teacher_path, task)
+    with torch.no_grad():
+        logits = [m(**sample["net_input"])[0] for m in teachers.models]
+    from fairseq_distill.losses import ensemble_log_probs
+
+    return ensemble_log_probs(logits, tau).topk(k, dim=-1)
+
+
+def test_rows_are_found_by_sentence_id_in_any_batch_order(tiny_data, tiny_teacher, cache_k8):
+    _, task, _ = build(tiny_data)
+    task.load_dataset("train")
+    dataset = task.dataset("train")
+    # a batch of sentences in an order unlike the cache's build batches
+    ids = [311, 2, 150, 47]
+    sample = dataset.collater([dataset[i] for i in ids])
+    values, indices = online_top_k(task, tiny_teacher, sample, 8)
+    non_pad = sample["target"].ne(task.target_dictionary.pad())
+    got_values, got_indices = cache_k8.lookup(sample["id"], non_pad)
+    assert torch.equal(got_indices[non_pad], indices[non_pad])
+    assert torch.allclose(got_values[non_pad], values[non_pad].half().float())
+    assert torch.isinf(got_values[~non_pad]).all()
+    meta = cache_k8.meta
+    assert (meta.subset, meta.sentences, meta.top_k, meta.value_dtype, meta.index_dtype) == \
+        ("train", len(dataset), 8, "float16", "uint16")
+    assert meta.tokens == int(dataset.tgt_sizes.sum())
+
+
+def test_sharded_build_equals_one_pass(tiny_data, tiny_teacher, cache_k8, tmp_path):
+    out = tmp_path / "sharded"
+    for shard in (1, 0):  # any order
+        assert make_teacher_cache(CacheJob(data=tiny_data, out=str(out), teacher=tiny_teacher, cpu=True, top_k=8,
+                                           max_tokens=800, num_shards=2, shard_id=shard)) is None
+    with pytest.raises(DistillError, match="no meta.json"):
+        TeacherCache(str(out))  # not merged yet: not a cache
+    make_teacher_cache(CacheJob(data=tiny_data, out=str(out), num_shards=2, merge=True))
+    sharded = TeacherCache(str(out))
+    assert (sharded.offsets == cache_k8.offsets).all()
+    assert (sharded.indices[:] == cache_k8.indices[:]).all()
+    assert (sharded.log_probs[:] == cache_k8.log_probs[:]).all()
+    assert not os.path.exists(out / "shards")
+
+
+def test_merge_refuses_missing_shards(tiny_data, tiny_teacher, tmp_path):
+    out = tmp_path / "half"
+    make_teacher_cache(CacheJob(data=tiny_data, out=str(out), teacher=tiny_teacher, cpu=True, top_k=4,
+                                max_tokens=800, num_shards=2, shard_id=0))
+    with pytest.raises(DistillError, match="shard 1 of 2 is missing.*--shard-id 1"):
+        make_teacher_cache(CacheJob(data=tiny_data, out=str(out), num_shards=2, merge=True))
+
+
+def test_cached_kd_at_full_vocabulary_equals_online_kd_and_loads_no_teacher(tiny_data, tiny_teacher, tmp_path):
+    vocab = len(build(tiny_data)[1].target_dictionary)
+    make_cache(tiny_data, tiny_teacher, tmp_path / "full", top_k=vocab, dtype="float32", temperature=2.0)
+    losses = {}
+    for name, flags in (("online", ["--teacher-path", tiny_teacher]),
+                        ("cached", ["--teacher-cache", str(tmp_path / "full")])):
+        cfg, task, model = build(tiny_data, "--task", "translation_distill", *flags, "--kd-temperature", "2.0",
+                                 "--seed", "3")
+        crit = task.build_criterion(cfg.criterion)
+        model.train()
+        torch.manual_seed(0)
+        loss, _, logs = crit(model, first_batch(task))
+        losses[name] = logs["kd_loss"].item()
+        if name == "cached":
+            assert task.teacher is None and crit.teachers is None  # never loaded
+            loss.backward()
+            assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    assert losses["cached"] == pytest.approx(losses["online"], rel=1e-5)
+
+
+def test_a_cache_of_other_data_is_refused_naming_the_difference(tiny_data, tiny_teacher, cache_k8, tmp_path):
+    def open_with(cache, *extra):
+        cfg, task, _ = build(tiny_data, "--task", "translation_distill", "--teacher-cache", str(cache), *extra)
+        task.build_criterion(cfg.criterion)
+        task.load_dataset("train")
+
+    valid_cache = tmp_path / "valid"
+    make_cache(tiny_data, tiny_teacher, valid_cache, top_k=4, subset="valid")
+    with pytest.raises(DistillError, match="subset 'valid' in the cache, 'train' here; 40 sentences in the cache, "
+                                           "400 here"):
+        open_with(valid_cache)
+    with pytest.raises(DistillError, match="τ = 1.0, but --kd-temperature is 2.0"):
+        open_with(cache_k8.directory, "--kd-temperature", "2.0")
+
+    other_dict = tmp_path / "other_dict"
+    shutil.copytree(cache_k8.directory, other_dict)
+    meta = json.load(open(other_dict / "meta.json"))
+    meta["target_dictionary_digest"] = "0" * 16
+    json.dump(meta, open(other_dict / "meta.json", "w"))
+    with pytest.raises(DistillError, match="another target dictionary"):
+        open_with(other_dict)
+
+    other_sizes = tmp_path / "other_sizes"
+    shutil.copytree(cache_k8.directory, other_sizes)
+    meta["target_dictionary_digest"] = cache_k8.meta.target_dictionary_digest
+    meta["target_sizes_digest"] = "f" * 16
+    json.dump(meta, open(other_sizes / "meta.json", "w"))
+    with pytest.raises(DistillError, match="the same number of sentences but other target lengths"):
+        open_with(other_sizes)
+
+
+def test_batch_lengths_are_checked_against_the_cache(cache_k8):
+    ids = torch.tensor([0])
+    length = int(cache_k8.target_sizes[0])
+    with pytest.raises(DistillError, match=f"sentence id 0 has {length + 1} target tokens in this batch "
+                                           f"but {length}"):
+        cache_k8.lookup(ids, torch.ones(1, length + 1, dtype=torch.bool))
+    with pytest.raises(DistillError, match="sentence id 400 is outside"):
+        cache_k8.lookup(torch.tensor([400]), torch.ones(1, 3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("job,message", [
+    (dict(top_k=0), "--top-k must be at least 1, got 0"),
+    (dict(top_k=100000), "--top-k 100000 is larger than the target vocabulary"),
+    (dict(dtype="bfloat16"), "--dtype 'bfloat16': valid: float16, float32"),
+    (dict(subset="nope"), "cannot load subset 'nope'"),
+    (dict(teacher=None), "--teacher is required"),
+])
+def test_bad_cache_jobs_are_named(tiny_data, tiny_teacher, tmp_path, job, message):
+    options = {**dict(data=tiny_data, out=str(tmp_path / "c"), teacher=tiny_teacher, cpu=True), **job}
+    with pytest.raises(DistillError, match=message):
+        make_teacher_cache(CacheJob(**options))
+
+
+# -- from the command line ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_cache_teacher_then_train_with_the_cache(tiny_data, tiny_teacher, tmp_path):
+    proc = run(python_module("fairseq_distill.cli.cache_teacher", "--teacher", tiny_teacher, "--data", tiny_data, "--top-k", "16",
+                              "--out", str(tmp_path / "cache"), "--cpu"))
+    assert "[cache]" in proc.stdout and "MB per 1,000 target tokens" in proc.stdout
+    out = distill_train(tiny_data, tiny_teacher, str(tmp_path / "ckpt"), "word_kd",
+                        "--teacher-cache", str(tmp_path / "cache"), "--max-update", "4")
+    assert "--teacher-path is not loaded: word-level KD reads teacher cache" in out
+    train_lines = [line for line in out.splitlines() if "| train |" in line]
+    assert train_lines and "kd_loss" in train_lines[-1]
+    # resuming reads the same cache
+    out = distill_train(tiny_data, tiny_teacher, str(tmp_path / "ckpt"), "word_kd",
+                        "--teacher-cache", str(tmp_path / "cache"), "--max-update", "6")
+    assert "num_updates 6" in out.replace("=", " ")
+    bad = run(python_module("fairseq_distill.cli.cache_teacher", "--teacher", tiny_teacher, "--data", tiny_data,
+                            "--top-k", "0", "--out", str(tmp_path / "bad")), check=False)
+    assert bad.returncode == 1 and "cache-teacher: error: --top-k must be at least 1, got 0" in bad.stdout
+    assert "Traceback" not in bad.stdout

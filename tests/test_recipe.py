@@ -323,7 +323,7 @@ def test_cache_keys_recognise_the_committed_results_and_existing_work_dirs():
                 continue  # a step the recipe dropped (its loss changed); its row awaits re-measuring
             assert plan.keys[row["name"]] == row["key"], (config, row["name"])
             checked += 1
-    assert checked >= 40
+    assert checked >= 35
 
 
 FAIRSEQ_TRAIN_OUTPUT = """\

@@ -52,35 +52,45 @@ def test_recipe_runs_caches_and_reports(tmp_path):
                                          "on-missing": "reference"}},
         {"name": "student-seqkd-wordkd", "model": "student", "data": "seqkd-data",
          "teacher": "teacher", "criterion": "word_kd", "criterion-args": {"kd-weight": 0.5}},
+        # the teacher cached once on the seq-KD data, and a student reading the cache
+        {"name": "cache", "cache": {"teacher": "teacher", "data": "seqkd-data", "top-k": 4}},
+        {"name": "student-cached", "model": "student", "data": "seqkd-data", "teacher-cache": "cache",
+         "criterion": "word_kd", "criterion-args": {"kd-weight": 0.5}},
     ])
     cmd = recipe_cmd(config, "--workdir", str(tmp_path / "work"), "--results", str(tmp_path / "results"))
     out = run(cmd).stdout
     assert "kd_loss" in out  # fairseq's progress output is shown
     # one line per epoch of each training step (not a terminal: no in-place updates), with its losses
-    assert re.search(r"\[3/3\] student-seqkd-wordkd: epoch 1: loss [\d.]+, .*kd_loss [\d.]+; valid loss [\d.]+", out), out
+    assert re.search(r"\[3/5\] student-seqkd-wordkd: epoch 1: loss [\d.]+, .*kd_loss [\d.]+; valid loss [\d.]+", out), out
     assert "INFO" not in out and "Warning" not in out  # the tools' full output is in the step logs
     assert "| 1+1, 16, 32 |" in out and "student-seqkd-wordkd: " in out and "/model.pt" in out  # table, checkpoints
     assert "fairseq_cli.train" in step_logs(tmp_path / "work")
 
     results = json.load(open(tmp_path / "results" / "tiny.json"))
     rows = {r["name"]: r for r in results["rows"]}
-    assert set(rows) == {"teacher", "student-seqkd-wordkd"}
+    assert set(rows) == {"teacher", "student-seqkd-wordkd", "student-cached"}
     student = rows["student-seqkd-wordkd"]
     assert student["updates"] == 6 and student["teacher"] == "teacher" and student["data"] == "seqkd-data"
     assert student["parameters"] > 0 and 0 <= student["bleu"] <= 100 and student["train_seconds"] > 0
     assert results["seqkd"][0]["sentences"] == 300
+    cache = results["caches"][0]
+    assert (cache["top_k"], cache["sentences"], cache["data"]) == (4, 300, "seqkd-data") and cache["bytes"] > 0
+    cached = rows["student-cached"]
+    assert cached["teacher_cache"] == "cache" and cached["teacher"] is None and cached["updates"] == 6
+    assert "--teacher-cache" in sum(executed(tmp_path / "work")["student-cached"], [])
     table = open(tmp_path / "results" / "tiny.md").read()
     assert re.search(r"\| student-seqkd-wordkd \| 1\+1, 16, 32 \| 0\.\d\dM \| word_kd \(kd-weight=0.5\) \| "
                      r"seqkd-data \| 1 \| 6 \|", table), table
 
     # a second run reuses every finished step
     again = run(cmd).stdout
-    assert again.count(": cached (") == 3
+    assert again.count(": cached (") == 5
     assert "fairseq_cli.train" not in again
     # --only runs a part of the recipe; the results still list every finished step
     run(cmd + ["--only", "teacher"])
     after = json.load(open(tmp_path / "results" / "tiny.json"))
-    assert [r["name"] for r in after["rows"]] == ["teacher", "student-seqkd-wordkd"]
+    assert [r["name"] for r in after["rows"]] == ["teacher", "student-seqkd-wordkd", "student-cached"]
+    assert "Teacher caches" in open(tmp_path / "results" / "tiny.md").read()
     # the decoding checkpoints of finished runs exist and are clean
     assert os.path.isfile(student["checkpoint"])
 

@@ -15,6 +15,9 @@ A recipe (see ``configs/*.yaml``)::
       - {name: student-wordkd, model: student, teacher: teacher, criterion: word_kd,
          criterion-args: {kd-weight: 0.5}}
       - {name: student-seqkd, model: student, data: seqkd}
+      # word-level KD from the teacher's cached top-k outputs (fsd-cache-teacher)
+      - {name: cache-k8, cache: {teacher: teacher, top-k: 8}}
+      - {name: student-cached, model: student, teacher-cache: cache-k8, criterion: word_kd}
       # GPKD: the student starts from layers extracted from a group-permuted teacher
       - {name: student-gpkd, model: student, data: seqkd, init: {from: teacher, keep: top}}
       # two-stage training: continue another step's run (weights, optimizer, update count)
@@ -96,5 +99,6 @@ def evaluated_checkpoint(cfg: dict, path: str = "recipe") -> str:
 def dependencies(step: dict) -> List[str]:
     """Names of the steps whose files a step uses."""
     deps = [step.get("teacher"), step.get("data"), step.get("seqkd", {}).get("teacher"),
-            (step.get("init") or {}).get("from"), step.get("continue"), step.get("finetune")]
+            (step.get("init") or {}).get("from"), step.get("continue"), step.get("finetune"),
+            step.get("cache", {}).get("teacher"), step.get("cache", {}).get("data"), step.get("teacher-cache")]
     return [d for d in deps if d]

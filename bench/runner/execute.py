@@ -30,6 +30,7 @@ TOOL_MODULES = {
     "fsd-export-student": "fairseq_distill.cli.export_student",
     "fsd-evaluate": "fairseq_distill.cli.evaluate",
     "fsd-seqkd": "fairseq_distill.cli.seqkd",
+    "fsd-cache-teacher": "fairseq_distill.cli.cache_teacher",
 }
 LOG_NAME = "step.log"
 
@@ -201,6 +202,14 @@ class Runner:
                 run_tool(argv, label, log_path, CountProgress(self.terminal, label))
             record = records.seqkd_record(plan, step, time.time() - started)
             self.say(f"{label}: done in {duration(time.time() - started)}: {record['kept']:,} sentence pairs")
+        elif "cache" in step:
+            commands = plan.commands(step)
+            self.say(f"{label}: the teacher's top-k outputs over the training set (log: {log_path})")
+            for argv in commands:
+                run_tool(argv, label, log_path, CountProgress(self.terminal, label))
+            record = records.cache_record(plan, step, time.time() - started)
+            self.say(f"{label}: done in {duration(time.time() - started)}: {record['tokens']:,} target tokens, "
+                     f"{record['bytes'] / 1e6:.1f} MB")
         else:
             first_launch = plan.is_first_launch(step)
             commands = plan.commands(step, first_launch)

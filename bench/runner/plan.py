@@ -5,7 +5,7 @@ A step's directory is named after a hash of everything that determines its resul
 own settings and those of the steps it depends on), so a finished step is recognised and
 an interrupted one resumes in the same place. The command lines are argv lists of the
 installed tools (``fsd-prepare-corpus``, ``fsd-extract-student``, ``fairseq-train``,
-``fsd-export-student``, ``fsd-evaluate``, ``fsd-seqkd``); ``--print-commands`` prints them and
+``fsd-export-student``, ``fsd-evaluate``, ``fsd-seqkd``, ``fsd-cache-teacher``); ``--print-commands`` prints them and
 the runner executes exactly them.
 """
 import hashlib
@@ -90,6 +90,8 @@ class Plan:
         stepdir = self.step_dir(step)
         if "seqkd" in step:
             return {"kind": "seqkd", "data_bin": os.path.join(stepdir, "bin")}
+        if "cache" in step:
+            return {"kind": "cache", "cache_dir": os.path.join(stepdir, "cache")}
         return {"kind": "train", "checkpoint": os.path.join(stepdir, "model.pt"),
                 "training_checkpoint": os.path.join(stepdir, "checkpoints", "checkpoint_last.pt")}
 
@@ -160,6 +162,9 @@ class Plan:
         if step.get("teacher"):
             options["task"] = "translation_distill"
             options["teacher-path"] = self.output_of(step["teacher"], "checkpoint")
+        if step.get("teacher-cache"):  # word-level KD from a cache step's teacher outputs
+            options["task"] = "translation_distill"
+            options["teacher-cache"] = self.output_of(step["teacher-cache"], "cache_dir")
         options["criterion"] = step.get("criterion", options.get("criterion", "label_smoothed_cross_entropy"))
         options.update(step.get("criterion-args", {}))
         options.update({"seed": self.cfg.get("seed", 1),
@@ -214,11 +219,21 @@ class Plan:
         return ["fsd-seqkd", "--teacher", teacher, "--data", self.data_bin, "--out", os.path.join(stepdir, "bin"),
                 "--work", os.path.join(stepdir, "work"), *flags(opts)]
 
+    def cache_command(self, step) -> List[str]:
+        """``cache: {teacher: STEP, top-k: K, [data: SEQKD_STEP], ...}``: fsd-cache-teacher."""
+        opts = dict(step["cache"])
+        teacher = self.output_of(opts.pop("teacher"), "checkpoint")
+        data = self.output_of(opts.pop("data"), "data_bin") if opts.get("data") else self.data_bin
+        return ["fsd-cache-teacher", "--teacher", teacher, "--data", data,
+                "--out", self.planned_record(step)["cache_dir"], *flags(opts)]
+
     def commands(self, step, first_launch=True) -> List[List[str]]:
         """What a step runs, as argv lists of the installed tools. A training run resumed
         from its own checkpoint_last.pt (``first_launch=False``) neither extracts its
         starting point again nor restarts from it."""
         if "seqkd" in step:
             return [self.seqkd_command(step)]
+        if "cache" in step:
+            return [self.cache_command(step)]
         return ([self.extraction_command(step)] if step.get("init") and first_launch else []) + [
             self.train_command(step, first_launch), *self.evaluation_commands(step)]

@@ -55,6 +55,7 @@ def training_record(plan: Plan, step) -> dict:
         "criterion": options["criterion"],
         "criterion_args": step.get("criterion-args", {}),
         "teacher": step.get("teacher"),
+        "teacher_cache": step.get("teacher-cache"),
         "data": step.get("data") or "original",
         "parameters": result["parameters"],
         "evaluated_checkpoint": plan.evaluated_checkpoint,
@@ -81,6 +82,21 @@ def seqkd_record(plan: Plan, step, wall_seconds: float) -> dict:
     return {"kind": "seqkd", "data_bin": out, "wall_seconds": round(wall_seconds, 1), "cpu": cpu_model(), **summary}
 
 
+def cache_record(plan: Plan, step, wall_seconds: float) -> dict:
+    """A teacher cache: what it holds, its size and what making it cost."""
+    out = plan.planned_record(step)["cache_dir"]
+    with open(os.path.join(out, "meta.json")) as f:
+        meta = json.load(f)
+    size = sum(os.path.getsize(os.path.join(out, name)) for name in os.listdir(out))
+    return {"kind": "cache", "cache_dir": out, "teacher": step["cache"]["teacher"],
+            "data": step["cache"].get("data") or "original", "top_k": meta["top_k"],
+            "temperature": meta["temperature"], "value_dtype": meta["value_dtype"],
+            "index_dtype": meta["index_dtype"], "sentences": meta["sentences"], "tokens": meta["tokens"],
+            "bytes": size, "mb_per_1000_tokens": round(size / meta["tokens"] * 1000 / 1e6, 4),
+            "teacher_seconds": meta["build_seconds"], "wall_seconds": round(wall_seconds, 1),
+            "tokens_per_second": round(meta["tokens"] / max(meta["build_seconds"], 1e-9), 1), "cpu": cpu_model()}
+
+
 def evaluated_updates(plan: Plan, step) -> int:
     """The update count of the checkpoint the recipe evaluates."""
     state = torch.load(plan.evaluated_checkpoint_path(step), map_location="cpu", weights_only=False)
@@ -93,10 +109,13 @@ def stale_evaluation(record, evaluated_checkpoint: str) -> bool:
 
 
 def run_fingerprint(record) -> str:
-    """A short hash of what a finished step produced (its decoding checkpoint, or its seq-KD
-    training data): two runs of the same step with different results differ in it."""
+    """A short hash of what a finished step produced (its decoding checkpoint, its seq-KD
+    training data, or a teacher cache's meta.json, which names the teacher by content hash):
+    two runs of the same step with different results differ in it."""
     if record["kind"] == "train":
         paths = [record["checkpoint"]]
+    elif record["kind"] == "cache":
+        paths = [os.path.join(record["cache_dir"], "meta.json")]
     else:
         paths = sorted(glob.glob(os.path.join(record["data_bin"], "train.*")))
     h = hashlib.sha1()

@@ -26,7 +26,8 @@ def row_dependencies(row) -> List[str]:
     """The steps a results row was made from: the dependencies of the step it records."""
     data = None if row.get("data") in (None, "original") else row["data"]
     return dependencies({"teacher": row.get("teacher"), "data": data, "init": row.get("init"),
-                         "continue": row.get("continues"), "finetune": row.get("finetunes")})
+                         "continue": row.get("continues"), "finetune": row.get("finetunes"),
+                         "teacher-cache": row.get("teacher_cache")})
 
 
 def other_runs_used(row, runs: Dict[str, str]) -> List[str]:
@@ -48,7 +49,9 @@ def markdown_table(rows, runs: Dict[str, str] = None) -> str:
     mixed = len({bool(r.get("speed_setup")) for r in rows}) > 1
     for r in rows:
         s = r["shape"]
-        kd = r["criterion"] if r.get("teacher") else "none"
+        kd = r["criterion"] if r.get("teacher") or r.get("teacher_cache") else "none"
+        if r.get("teacher_cache"):
+            kd += f" from {r['teacher_cache']}"
         if r.get("criterion_args"):
             kd += " (" + ", ".join(f"{k}={v}" for k, v in r["criterion_args"].items()) + ")"
         if r.get("init"):
@@ -138,7 +141,9 @@ def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, d
             "rows": rows,
             **({"significance": tested} if tested else {}),
             "seqkd": [{k: v for k, v in r.items() if k not in RECORD_ONLY}
-                      for r in done.values() if r["kind"] == "seqkd"]}
+                      for r in done.values() if r["kind"] == "seqkd"],
+            "caches": [{k: v for k, v in r.items() if k not in RECORD_ONLY}
+                       for r in done.values() if r["kind"] == "cache"]}
     with open(os.path.join(results_dir, f"{name}.json"), "w") as f:
         json.dump(meta, f, indent=2)
     with open(os.path.join(results_dir, f"{name}.md"), "w") as f:
@@ -147,4 +152,17 @@ def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, d
                 f"{meta['machine']['device']}, {meta['machine']['cpu_threads']} threads; each run's "
                 f"{CHECKPOINT_MEANING[evaluated_checkpoint]} is evaluated.\n\n")
         f.write(table + "\n")
+        if meta["caches"]:
+            f.write("\n" + cache_table(meta["caches"]) + "\n")
     return table
+
+
+def cache_table(caches) -> str:
+    lines = ["Teacher caches (fsd-cache-teacher):", "",
+             "| cache | teacher | data | K | stored as | target tokens | size | MB per 1,000 tokens | "
+             "teacher time | tokens/s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in caches:
+        lines.append(f"| {c['name']} | {c['teacher']} | {c['data']} | {c['top_k']} | {c['value_dtype']}/"
+                     f"{c['index_dtype']} | {c['tokens']:,} | {c['bytes'] / 1e6:.1f} MB | {c['mb_per_1000_tokens']:.3f} | "
+                     f"{c['teacher_seconds'] / 60:.1f} min | {c['tokens_per_second']:.0f} |")
+    return "\n".join(lines)

@@ -1,9 +1,10 @@
 """Training-step cost (time and peak memory) of each distillation criterion of a recipe,
-relative to word-level KD.
+relative to word-level KD and, when the recipe has one, to training without KD.
 
     .venv/bin/python bench/step_cost.py configs/layer_kd.yaml [--workdir DIR] [--steps 8]
 
-Every criterion step of the recipe (those with a teacher) is built exactly as fairseq-train
+Every criterion step of the recipe on the original data (those with a teacher or a teacher
+cache), and every step without KD that trains the same model as one of them, is built exactly as fairseq-train
 builds it (the recipe's flags), each in a fresh process so that peak memory is its own;
 fairseq's ``Trainer.train_step`` then runs on the *same* batch: a few warm-up steps, then
 ``--steps`` timed ones; the median time is reported. Peak memory: on CUDA the peak of
@@ -85,6 +86,23 @@ def measure_one(args):
                                      "peak_step_memory_mib": round(peak / 2**20, 1)}))
 
 
+def measured_steps(steps):
+    """Criterion steps on the original data (a teacher or a teacher cache), and steps without KD
+    that train the model of one of them (the no-KD reference)."""
+    def plain(s):
+        return "model" in s and not any(s.get(k) for k in ("data", "init", "continue", "finetune"))
+
+    kd = [s for s in steps if plain(s) and (s.get("teacher") or s.get("teacher-cache"))]
+    kd_models = {s["model"] for s in kd}
+    return [s for s in steps if plain(s) and (s in kd or s["model"] in kd_models)]
+
+
+def describe(step, criterion: str) -> str:
+    if step.get("teacher-cache"):
+        return f"{criterion} from {step['teacher-cache']}"
+    return criterion if step.get("teacher") else "none (no KD)"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
     p.add_argument("config")
@@ -99,11 +117,11 @@ def main():
     if args.one:
         return measure_one(args)
     recipe = finished_recipe(args.config, args.workdir)
-    # criterion rows on the original data only
-    measured = [s for s in recipe.cfg["steps"] if s.get("teacher") and not s.get("data")]
+    measured = measured_steps(recipe.cfg["steps"])
     for step in measured:
-        if step["teacher"] not in recipe.done:
-            sys.exit(f"step_cost: the teacher step '{step['teacher']}' has not been run; run bench/run.py first")
+        source = step.get("teacher") or step.get("teacher-cache")
+        if source and source not in recipe.done:
+            sys.exit(f"step_cost: the step '{source}' has not been run; run bench/run.py first")
     inputs = made_from(recipe, [s["name"] for s in measured], steps=args.steps, warmup=args.warmup,
                        max_tokens=args.max_tokens)
     if is_current(os.path.join(args.results, f"{recipe.name}_step_cost.json"), inputs, args.force):
@@ -126,20 +144,28 @@ def main():
         print(f"[step_cost] {row['name']}: {row['median_step_seconds'] * 1000:.0f} ms/step, "
               f"+{row['peak_step_memory_mib']:.0f} MiB peak ({row['target_tokens']} target tokens)", flush=True)
 
-    base = next((r for r in rows if r["criterion"] == "word_kd"), None)
+    by_name = {s["name"]: s for s in measured}
+    base = next((r for r in rows if r["criterion"] == "word_kd" and not by_name[r["name"]].get("teacher-cache")),
+                None)
+    no_kd = next((r for r in rows if not by_name[r["name"]].get("teacher")
+                  and not by_name[r["name"]].get("teacher-cache")), None)
     for r in rows:
-        r["time_relative_to_word_kd"] = round(r["median_step_seconds"] / base["median_step_seconds"], 3) if base else None
-        r["memory_relative_to_word_kd"] = (round(r["peak_step_memory_mib"] / base["peak_step_memory_mib"], 3)
-                                           if base and base["peak_step_memory_mib"] > 0 else None)
+        r["teacher_cache"] = by_name[r["name"]].get("teacher-cache")
+        for tag, ref in (("word_kd", base), ("no_kd", no_kd)):
+            r[f"time_relative_to_{tag}"] = (round(r["median_step_seconds"] / ref["median_step_seconds"], 3)
+                                            if ref else None)
+            r[f"memory_relative_to_{tag}"] = (round(r["peak_step_memory_mib"] / ref["peak_step_memory_mib"], 3)
+                                              if ref and ref["peak_step_memory_mib"] > 0 else None)
 
     def rel(x):
         return "-" if x is None else f"{x:.2f}"
 
-    lines = ["| run | criterion | median step | time vs word_kd | peak step memory | memory vs word_kd |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {r['name']} | {r['criterion']} | {r['median_step_seconds'] * 1000:.0f} ms | "
-              f"{rel(r['time_relative_to_word_kd'])} | +{r['peak_step_memory_mib']:.0f} MiB | "
-              f"{rel(r['memory_relative_to_word_kd'])} |" for r in rows]
+    lines = ["| run | criterion | median step | time vs word_kd | time vs no KD | peak step memory | "
+             "memory vs word_kd | memory vs no KD |", "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['name']} | {describe(by_name[r['name']], r['criterion'])} | "
+              f"{r['median_step_seconds'] * 1000:.0f} ms | {rel(r['time_relative_to_word_kd'])} | "
+              f"{rel(r['time_relative_to_no_kd'])} | +{r['peak_step_memory_mib']:.0f} MiB | "
+              f"{rel(r['memory_relative_to_word_kd'])} | {rel(r['memory_relative_to_no_kd'])} |" for r in rows]
     table = "\n".join(lines)
     print(table)
     os.makedirs(args.results, exist_ok=True)

@@ -20,17 +20,18 @@ KEY_REAL = [[True, True, True], [True, True, False]]
 QUERY_REAL = [[True, True], [True, False]]
 
 
-def random_maps(rng, channels):
-    """channels x B x T x S rows of probabilities (any values at padding: must not matter)."""
+def random_maps(rng, channels, rows=T, key_real=None):
+    """channels x B x rows x S rows of probabilities; with ``key_real`` none on padding keys
+    (otherwise any values at padding: they must not matter)."""
     maps = []
     for _ in range(channels):
         per_b = []
         for b in range(B):
-            rows = []
-            for _ in range(T):
-                w = [rng.uniform(0.1, 1.0) for _ in range(S)]
-                rows.append([x / sum(w) for x in w])
-            per_b.append(rows)
+            per_row = []
+            for _ in range(rows):
+                w = [rng.uniform(0.1, 1.0) if key_real is None or key_real[b][s] else 0.0 for s in range(S)]
+                per_row.append([x / sum(w) for x in w])
+            per_b.append(per_row)
         maps.append(per_b)
     return maps
 
@@ -167,17 +168,7 @@ def term_sample():
 
 def square_maps(rng, channels):
     """channels x B x S x S rows of probabilities over the real source keys."""
-    maps = []
-    for _ in range(channels):
-        per_b = []
-        for b in range(B):
-            rows = []
-            for _ in range(S):
-                w = [rng.uniform(0.1, 1.0) if KEY_REAL[b][s] else 0.0 for s in range(S)]
-                rows.append([x / sum(w) for x in w])
-            per_b.append(rows)
-        maps.append(per_b)
-    return maps
+    return random_maps(rng, channels, rows=S, key_real=KEY_REAL)
 
 
 def row_kl(p, z, normalize):

@@ -30,30 +30,37 @@ def kd_recipe(tmp_path_factory):
         {"name": "alp", "model": "student", "teacher": "teacher", "criterion": "alp_kd",
          "criterion-args": {"alp-score": "scaled_dot"}},
         {"name": "a2d", "model": "student", "teacher": "teacher", "criterion": "a2d"},
+        {"name": "student", "model": "student"},
+        {"name": "cache", "cache": {"teacher": "teacher", "top-k": 4}},
+        {"name": "cached", "model": "student", "teacher-cache": "cache", "criterion": "word_kd"},
     ])
     bench("run.py", config, root / "work", root / "results")
     return config, root / "work", root / "results"
 
 
-def test_step_cost_reports_each_criterion_relative_to_word_kd(kd_recipe):
+def test_step_cost_reports_each_criterion_relative_to_word_kd_and_no_kd(kd_recipe):
     config, work, results = kd_recipe
     bench("step_cost.py", config, work, results, "--steps", "2", "--warmup", "1")
     rows = {r["name"]: r for r in json.load(open(results / "kd-tiny_step_cost.json"))["rows"]}
-    assert set(rows) == {"wordkd", "alp", "a2d"}
-    assert rows["wordkd"]["time_relative_to_word_kd"] == 1.0
+    assert set(rows) == {"wordkd", "alp", "a2d", "student", "cached"}
+    assert rows["wordkd"]["time_relative_to_word_kd"] == 1.0 and rows["student"]["time_relative_to_no_kd"] == 1.0
     for r in rows.values():
         assert r["median_step_seconds"] > 0 and r["target_tokens"] > 0
-        assert r["time_relative_to_word_kd"] == pytest.approx(
-            r["median_step_seconds"] / rows["wordkd"]["median_step_seconds"], abs=1e-3)
-    assert "| a2d | a2d |" in open(results / "kd-tiny_step_cost.md").read()
+        for tag, ref in (("word_kd", "wordkd"), ("no_kd", "student")):
+            assert r[f"time_relative_to_{tag}"] == pytest.approx(
+                r["median_step_seconds"] / rows[ref]["median_step_seconds"], abs=1e-3)
+    assert rows["cached"]["teacher_cache"] == "cache"
+    table = open(results / "kd-tiny_step_cost.md").read()
+    assert "| a2d | a2d |" in table and "| cached | word_kd from cache |" in table
+    assert "| student | none (no KD) |" in table
 
     # made from the same runs with the same options: not measured again, unless forced
     before = open(results / "kd-tiny_step_cost.json").read()
     again = bench("step_cost.py", config, work, results, "--steps", "2", "--warmup", "1")
-    assert "[kd-tiny_step_cost.json] current: made from the same runs (wordkd, alp, a2d)" in again
+    assert "[kd-tiny_step_cost.json] current: made from the same runs (wordkd, alp, a2d, student, cached)" in again
     assert "[step_cost]" not in again and open(results / "kd-tiny_step_cost.json").read() == before
     other = bench("step_cost.py", config, work, results, "--steps", "3", "--warmup", "1")
-    assert other.count("[step_cost]") == 3
+    assert other.count("[step_cost]") == 5
     assert json.load(open(results / "kd-tiny_step_cost.json"))["inputs"]["options"]["steps"] == 3
 
 

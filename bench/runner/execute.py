@@ -33,6 +33,13 @@ TOOL_MODULES = {
     "fsd-cache-teacher": "fairseq_distill.cli.cache_teacher",
 }
 LOG_NAME = "step.log"
+# steps that make data from a teacher: what they do, their record, the summary of their record
+TEACHER_OUTPUTS = {
+    "seqkd": ("the teacher translates the training set", records.seqkd_record,
+              lambda r: f"{r['kept']:,} sentence pairs"),
+    "cache": ("the teacher's top-k outputs over the training set", records.cache_record,
+              lambda r: f"{r['tokens']:,} target tokens, {r['bytes'] / 1e6:.1f} MB"),
+}
 
 
 class StepFailed(Exception):
@@ -195,21 +202,15 @@ class Runner:
         os.makedirs(stepdir, exist_ok=True)
         log_path = os.path.join(stepdir, LOG_NAME)
         started = time.time()
-        if "seqkd" in step:
+        kind = next((k for k in TEACHER_OUTPUTS if k in step), None)
+        if kind:
+            what, make_record, summary = TEACHER_OUTPUTS[kind]
             commands = plan.commands(step)
-            self.say(f"{label}: the teacher translates the training set (log: {log_path})")
+            self.say(f"{label}: {what} (log: {log_path})")
             for argv in commands:
                 run_tool(argv, label, log_path, CountProgress(self.terminal, label))
-            record = records.seqkd_record(plan, step, time.time() - started)
-            self.say(f"{label}: done in {duration(time.time() - started)}: {record['kept']:,} sentence pairs")
-        elif "cache" in step:
-            commands = plan.commands(step)
-            self.say(f"{label}: the teacher's top-k outputs over the training set (log: {log_path})")
-            for argv in commands:
-                run_tool(argv, label, log_path, CountProgress(self.terminal, label))
-            record = records.cache_record(plan, step, time.time() - started)
-            self.say(f"{label}: done in {duration(time.time() - started)}: {record['tokens']:,} target tokens, "
-                     f"{record['bytes'] / 1e6:.1f} MB")
+            record = make_record(plan, step, time.time() - started)
+            self.say(f"{label}: done in {duration(time.time() - started)}: {summary(record)}")
         else:
             first_launch = plan.is_first_launch(step)
             commands = plan.commands(step, first_launch)

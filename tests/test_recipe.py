@@ -90,7 +90,8 @@ def test_recipe_runs_caches_and_reports(tmp_path):
     run(cmd + ["--only", "teacher"])
     after = json.load(open(tmp_path / "results" / "tiny.json"))
     assert [r["name"] for r in after["rows"]] == ["teacher", "student-seqkd-wordkd", "student-cached"]
-    assert "Teacher caches" in open(tmp_path / "results" / "tiny.md").read()
+    table = open(tmp_path / "results" / "tiny.md").read()
+    assert "Teacher caches" in table and re.search(r"\| seqkd-data \| fairseq \| 1 \| 1 \| 300 \| \d+ s \|", table)
     # the decoding checkpoints of finished runs exist and are clean
     assert os.path.isfile(student["checkpoint"])
 
@@ -327,6 +328,8 @@ def test_cache_keys_recognise_the_committed_results_and_existing_work_dirs():
         if plan.name == "demo":
             assert plan.keys == DEMO_KEYS
             continue
+        if not os.path.isfile(results):
+            continue  # a recipe not measured yet
         meta = json.load(open(results))
         for row in meta["rows"] + meta["seqkd"]:
             if row["name"] not in plan.keys:

@@ -152,9 +152,33 @@ def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, d
                 f"{meta['machine']['device']}, {meta['machine']['cpu_threads']} threads; each run's "
                 f"{CHECKPOINT_MEANING[evaluated_checkpoint]} is evaluated.\n\n")
         f.write(table + "\n")
+        if meta["seqkd"]:
+            f.write("\n" + seqkd_table(meta["seqkd"]) + "\n")
         if meta["caches"]:
             f.write("\n" + cache_table(meta["caches"]) + "\n")
     return table
+
+
+def seqkd_table(datasets) -> str:
+    """The seq-KD data steps: how the teacher decoded and how fast (rows made before decoding
+    settings were recorded show '-')."""
+    def get(r, key, fmt="{}"):
+        return "-" if r.get(key) is None else fmt.format(r[key])
+
+    lines = ["Sequence-level KD data (fsd-seqkd):", "",
+             "| data | decoder | beam | n-best, selection | sentences | decode time | sentences/s | tokens/s | "
+             "not the 1-best | at the length limit |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in datasets:
+        decoder = r.get("backend", "fairseq") + (f" {r['compute_type']}" if r.get("compute_type") else "")
+        tokens_per_second = (r["hypothesis_tokens"] / r["decode_seconds"]
+                             if r.get("decode_seconds") and r.get("hypothesis_tokens") else None)
+        nbest = r.get("nbest", 1)
+        lines.append(f"| {r['name']} | {decoder} | {get(r, 'beam')} | "
+                     f"{'1' if nbest == 1 else str(nbest) + ', ' + str(r.get('select'))} | {r['sentences']:,} | "
+                     f"{get(r, 'decode_seconds', '{:.0f} s')} | {get(r, 'sentences_per_second', '{:.1f}')} | "
+                     f"{'-' if tokens_per_second is None else format(tokens_per_second, '.0f')} | "
+                     f"{get(r, 'selected_other_than_1best', '{:,}')} | {get(r, 'hypotheses_at_length_limit', '{:,}')} |")
+    return "\n".join(lines)
 
 
 def cache_table(caches) -> str:

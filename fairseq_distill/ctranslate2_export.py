@@ -40,10 +40,52 @@ def converter_args(model_cfg: dict, data_bin: str, source_lang: str, target_lang
     return args
 
 
+def model_config(state: dict):
+    """(plain model config, architecture name) of a loaded checkpoint."""
+    cfg = state["cfg"]["model"]
+    model_cfg = plain_model_config(cfg if isinstance(cfg, argparse.Namespace)
+                                   else OmegaConf.to_container(cfg, resolve=True))
+    return model_cfg, model_cfg.get("arch") or model_cfg.get("_name")
+
+
+def read_model(checkpoint: str):
+    """(state, plain model config, architecture name) of a checkpoint."""
+    state = load_checkpoint(checkpoint)
+    return (state, *model_config(state))
+
+
+def unsupported_reason(arch: str):
+    """Why CTranslate2 cannot express architecture ``arch``; None if it can (as far as we know:
+    the converter has checks of its own, see :func:`convert`)."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    return UNSUPPORTED.get(ARCH_MODEL_NAME_REGISTRY.get(arch))
+
+
+def convert(checkpoint: str, state: dict, model_cfg: dict, data_bin: str, source_lang: str,
+            target_lang: str, out_dir: str, quantization: str = "float32"):
+    """Run CTranslate2's fairseq converter on a loaded checkpoint; the vocabularies are the
+    dictionaries of ``data_bin``. Raises DistillError when the converter refuses the model."""
+    try:
+        from ctranslate2.converters import FairseqConverter
+    except ImportError as e:
+        raise DistillError("CTranslate2 conversion needs the package: pip install ctranslate2") from e
+    with tempfile.TemporaryDirectory() as tmp:
+        legacy = os.path.join(tmp, "checkpoint.pt")
+        torch.save({"args": converter_args(model_cfg, data_bin, source_lang, target_lang),
+                    "model": state["model"]}, legacy)
+        converter = FairseqConverter(legacy, data_bin, source_lang=source_lang, target_lang=target_lang)
+        try:
+            converter.convert(out_dir, quantization=None if quantization == "float32" else quantization,
+                              force=True)
+        except (ValueError, NotImplementedError) as e:  # the converter's own "not supported" checks
+            raise DistillError(f"CTranslate2 cannot convert {checkpoint}: {e}") from e
+
+
 def export_ctranslate2(checkpoint: str, data_bin: str, out_dir: str, quantization: str = "int8",
                        force: bool = False) -> dict:
     try:
-        from ctranslate2.converters import FairseqConverter
+        import ctranslate2  # noqa: F401
     except ImportError as e:
         raise DistillError("CTranslate2 export needs the package: pip install ctranslate2") from e
     if quantization not in QUANTIZATIONS:
@@ -55,27 +97,13 @@ def export_ctranslate2(checkpoint: str, data_bin: str, out_dir: str, quantizatio
     if os.path.exists(out_dir) and os.listdir(out_dir) and not force:
         raise DistillError(f"output directory '{out_dir}' exists and is not empty; pass --force to replace it")
 
-    state = load_checkpoint(checkpoint)
-    cfg = state["cfg"]["model"]
-    model_cfg = plain_model_config(cfg if isinstance(cfg, argparse.Namespace)
-                                   else OmegaConf.to_container(cfg, resolve=True))
-    arch = model_cfg.get("arch") or model_cfg.get("_name")
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
-
-    model_name = ARCH_MODEL_NAME_REGISTRY.get(arch)
-    if model_name in UNSUPPORTED:
-        raise DistillError(f"{checkpoint} cannot be exported to CTranslate2: {UNSUPPORTED[model_name]}")
+    state, model_cfg, arch = read_model(checkpoint)
+    reason = unsupported_reason(arch)
+    if reason:
+        raise DistillError(f"{checkpoint} cannot be exported to CTranslate2: {reason}")
 
     src, tgt = meta["source_lang"], meta["target_lang"]
-    with tempfile.TemporaryDirectory() as tmp:
-        legacy = os.path.join(tmp, "checkpoint.pt")
-        torch.save({"args": converter_args(model_cfg, data_bin, src, tgt), "model": state["model"]}, legacy)
-        converter = FairseqConverter(legacy, data_bin, source_lang=src, target_lang=tgt)
-        try:
-            converter.convert(out_dir, quantization=None if quantization == "float32" else quantization,
-                              force=True)
-        except (ValueError, NotImplementedError) as e:  # the converter's own "not supported" checks
-            raise DistillError(f"CTranslate2 cannot convert {checkpoint}: {e}") from e
+    convert(checkpoint, state, model_cfg, data_bin, src, tgt, out_dir, quantization)
 
     # what translating raw text needs: the subword model and the data's metadata
     kept = {k: v for k, v in meta.items() if k in ("source_lang", "target_lang", "bpe",

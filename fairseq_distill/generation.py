@@ -2,6 +2,8 @@
 
 Shared by evaluation and sequence-level KD data generation. The raw generate output is
 kept in a log file; the terminal shows a progress bar (sentences done / total) instead.
+With ``--nbest N`` fairseq-generate prints N hypotheses per sentence, best first: all are
+kept in :attr:`GenerationResult.nbest`, the first in :attr:`GenerationResult.hypotheses`.
 """
 import os
 import re
@@ -23,7 +25,8 @@ SPEED_LINE = re.compile(
 
 @dataclass
 class GenerationResult:
-    hypotheses: Dict[int, str] = field(default_factory=dict)  # H-lines (model tokens, or post-processed)
+    hypotheses: Dict[int, str] = field(default_factory=dict)  # first H-line (model tokens, or post-processed)
+    nbest: Dict[int, List[str]] = field(default_factory=dict)  # every H-line, in fairseq's order (best first)
     detokenized: Dict[int, str] = field(default_factory=dict)  # D-lines
     references: Dict[int, str] = field(default_factory=dict)  # T-lines
     sentences: int = 0
@@ -36,6 +39,12 @@ class GenerationResult:
 
 def device_args() -> List[str]:
     return [] if torch.cuda.is_available() else ["--cpu"]
+
+
+def progress_bar(total: Optional[int], description: str) -> tqdm:
+    """Sentences done / total and sentences per second on standard error, at most every 2 s."""
+    return tqdm(total=total, desc=description, unit="sent", file=sys.stderr, mininterval=2.0,
+                disable=None if sys.stderr.isatty() else False)
 
 
 def run_generate(
@@ -60,8 +69,7 @@ def run_generate(
     result = GenerationResult()
     started = time.time()
     log = open(log_path, "w", encoding="utf-8") if log_path else None
-    bar = tqdm(total=total, desc=description, unit="sent", file=sys.stderr, mininterval=2.0,
-               disable=None if sys.stderr.isatty() else False)
+    bar = progress_bar(total, description)
     try:
         if log:
             log.write(" ".join(cmd) + "\n")
@@ -81,10 +89,14 @@ def run_generate(
                     result.references[int(sid)] = payload
                 else:
                     _score, _, text = payload.partition("\t")
-                    target = result.hypotheses if kind == "H" else result.detokenized
-                    target[int(sid)] = text
+                    sid = int(sid)
                     if kind == "H":
-                        bar.update(1)
+                        result.nbest.setdefault(sid, []).append(text)
+                        if sid not in result.hypotheses:
+                            result.hypotheses[sid] = text
+                            bar.update(1)
+                    elif sid not in result.detokenized:
+                        result.detokenized[sid] = text
                 continue
             speed = SPEED_LINE.search(line)
             if speed:

@@ -55,6 +55,10 @@ class FairseqTranslator:
         self.max_source_tokens = max_source - 1  # room for </s>
 
     def translate(self, batch: List[List[str]]) -> List[List[str]]:
+        return [nbest[0] for nbest in self.translate_nbest(batch, 1)]
+
+    def translate_nbest(self, batch: List[List[str]], nbest: int) -> List[List[List[str]]]:
+        """The ``nbest`` best hypotheses of each input, best first (at most the beam size)."""
         from fairseq import utils
 
         src_dict, tgt_dict = self.task.source_dictionary, self.task.target_dictionary
@@ -66,9 +70,9 @@ class FairseqTranslator:
             sample = utils.move_to_cuda(sample)
         with torch.no_grad():
             hypos = self.task.inference_step(self.generator, self.models, sample)
-        out: List[Optional[List[str]]] = [None] * len(batch)
+        out: List[Optional[List[List[str]]]] = [None] * len(batch)
         for i, sentence_id in enumerate(sample["id"].tolist()):
-            out[sentence_id] = tgt_dict.string(hypos[i][0]["tokens"].int().cpu()).split()
+            out[sentence_id] = [tgt_dict.string(h["tokens"].int().cpu()).split() for h in hypos[i][:nbest]]
         return out
 
 

@@ -103,6 +103,11 @@ def test_teacher_generation_in_two_shards(tiny_data, tiny_teacher, tmp_path):
     shard_ids = []
     for shard in range(2):
         with open(os.path.join(out + ".work", f"shard{shard}-of-2.jsonl")) as f:
-            shard_ids += [json.loads(line)["id"] for line in f]
+            header, *records = [json.loads(line) for line in f]
+        # the first line records how the shard was decoded
+        assert header["shard"] == shard and header["settings"]["backend"] == "fairseq"
+        assert header["settings"]["beam"] == 1 and header["stats"]["sentences"] == len(records)
+        shard_ids += [record["id"] for record in records]
     assert sorted(shard_ids) == list(range(N_TRAIN))  # every sentence decoded exactly once
     assert "sentences_per_second" in proc.stdout
+    assert summary["decode_seconds"] > 0 and summary["backend"] == "fairseq"

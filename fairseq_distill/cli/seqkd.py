@@ -9,38 +9,79 @@ binarized with the teacher's dictionaries into a new data directory.
     ...
     fsd-seqkd --data data-bin --work seqkd-work --num-shards 4 --merge --out data-bin-seqkd
 
+    # the teacher in CTranslate2 (converted once into the work directory), 4-best lists,
+    # the hypothesis closest to the reference by chrF kept, extra monolingual source translated
+    fsd-seqkd --teacher teacher.pt --data data-bin --out data-bin-seqkd --backend ctranslate2 \\
+        --nbest 4 --select chrf --source mono.de
+
 Every training sentence must get exactly one hypothesis, put back in corpus order. A
 missing or empty hypothesis stops the merge (``--on-missing fail``, the default) or is
 replaced by the original reference (``--on-missing reference``); either way it is
 reported. ``--max-len-ratio R`` drops pairs whose hypothesis/source length ratio is above
 R or below 1/R, and reports how many. The valid and test sets are copied unchanged.
+
+Both backends decode the binarized source with the same beam, length penalty and length
+limit (max-len-a * (source tokens + 1) + max-len-b output tokens; fairseq-generate applies
+it to each batch's longest source, CTranslate2 to each sentence). With beam > 1, CTranslate2
+scores hypotheses cut at the limit differently from fairseq, so sentences that reach it are
+decoded again with fairseq and counted. An ensemble or a deep_transformer teacher cannot be
+decoded with CTranslate2: use --backend fairseq. seqkd_summary.json in OUT has the counts.
 """
 import argparse
 
 from fairseq_distill.cli.common import run_cli
-from fairseq_distill.seqkd import SeqKDJob, make_seqkd_data
+from fairseq_distill.hypothesis_selection import SELECTIONS
+from fairseq_distill.seqkd import BACKENDS, SeqKDJob, make_seqkd_data
 
 
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--teacher", help="teacher checkpoint(s), ':'-separated for an ensemble")
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--teacher", help="teacher checkpoint(s), ':'-separated for an ensemble (fairseq backend only)")
     p.add_argument("--data", required=True, help="binarized data directory of the original corpus")
     p.add_argument("--out", help="new binarized data directory (needed unless only generating a shard)")
-    p.add_argument("--work", help="directory for shard outputs (default: OUT.work)")
+    p.add_argument("--work", help="directory for shard outputs, the converted teacher and the binarized "
+                   "--source (default: OUT.work)")
     p.add_argument("--subset", default="train")
     p.add_argument("--source-lang"), p.add_argument("--target-lang")
+    p.add_argument("--backend", choices=BACKENDS, default="fairseq",
+                   help="fairseq: stock fairseq-generate (any teacher, ensembles too); ctranslate2: the "
+                   "teacher converted once to CTranslate2 (cached in the work directory), faster on CPUs "
+                   "(default: fairseq)")
+    p.add_argument("--compute-type", default=None,
+                   help="CTranslate2's compute type, e.g. float32 (default), int8, int8_float32, float16 on a "
+                   "GPU; the ones this machine supports are checked (ctranslate2 backend only)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CTranslate2's CPU threads (default: all cores); on a machine busy with other work "
+                   "use fewer, as idle OpenMP threads spin (ctranslate2 backend only)")
     p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--lenpen", type=float, default=1.0)
+    p.add_argument("--lenpen", type=float, default=1.0,
+                   help="fairseq's length penalty: finished hypotheses rank by log-probability / "
+                   "length^lenpen, </s> counted (the same for both backends)")
     p.add_argument("--max-len-a", type=float, default=1.2)
     p.add_argument("--max-len-b", type=int, default=10)
+    p.add_argument("--nbest", type=int, default=1,
+                   help="keep the teacher's N best hypotheses per sentence (at most --beam); --select "
+                   "chooses one")
+    p.add_argument("--select", choices=SELECTIONS, default="chrf",
+                   help="with --nbest > 1: chrf keeps the hypothesis with the best sentence chrF against the "
+                   "reference (detokenised text; ties keep the higher-ranked one), first the 1-best; "
+                   "--source lines have no reference and keep the 1-best (default: chrf)")
+    p.add_argument("--source", metavar="FILE",
+                   help="raw monolingual source text, one sentence per line: translated by the teacher too "
+                   "and added to the training pairs (segmented and binarized as the corpus was); an "
+                   "empty line is an error naming it")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--max-tokens", type=int, default=None)
     p.add_argument("--num-shards", type=int, default=1)
     p.add_argument("--shard-id", type=int, default=None,
                    help="generate only this shard (no merge); without it all shards are generated and merged")
-    p.add_argument("--merge", action="store_true", help="only merge existing shards into --out")
-    p.add_argument("--on-missing", choices=["fail", "reference"], default="fail")
+    p.add_argument("--merge", action="store_true", help="only merge existing shards into --out (pass the same "
+                   "--source as when generating)")
+    p.add_argument("--on-missing", choices=["fail", "reference"], default="fail",
+                   help="a sentence without (or with an empty) hypothesis: fail, or keep its reference "
+                   "(--source lines: leave them out)")
     p.add_argument("--allow-size-only-dictionary-check", action="store_true",
                    help="accept a teacher whose dictionaries cannot be found (not in the checkpoint, no "
                    "training data directory) after comparing vocabulary sizes only")

@@ -1,0 +1,125 @@
+"""Extra monolingual source text for seq-KD (``fsd-seqkd --source FILE``).
+
+The teacher translates FILE as well, and each (line, translation) pair joins the training
+pairs. The lines go through what the corpus went through in ``prepare_corpus``: read as
+UTF-8 with lines ending at ``\\n`` only (:mod:`fairseq_distill.textfiles`), segmented with
+the data directory's own subword model, binarized with its source dictionary. Both
+backends then read the same binarized tokens, as they do for the training source.
+
+An empty (or whitespace-only) line is an error naming its line number: it would give an
+empty source sentence, and skipping it silently would make the line numbers of FILE and
+the pairs disagree. So is a line longer than the teacher accepts.
+
+The binarized lines live in ``WORK/monolingual`` with a record of the file they came from
+(name, size, SHA-256, line count); a rerun with the same file reuses
+them, another file replaces them. They are written to a temporary directory and renamed
+into place, so shards started side by side never read half-written data.
+"""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Optional
+
+from fairseq_distill.errors import DistillError
+from fairseq_distill.segmentation import Segmenter, load_meta
+from fairseq_distill.textfiles import read_lines
+
+MONO_DIR = "monolingual"
+INFO_FILE = "source.json"
+SUBSET = "train"  # the binarized lines' split name inside MONO_DIR
+
+
+def sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def describe_source(path: str) -> dict:
+    """What identifies the file wherever it lies (shards may be decoded on other machines):
+    recorded with the shards, compared when merging."""
+    if not os.path.isfile(path):
+        raise DistillError(f"--source file not found: '{path}'")
+    return {"name": os.path.basename(path), "size": os.path.getsize(path), "sha256": sha256(path)}
+
+
+def made_from(directory: str) -> Optional[str]:
+    """The SHA-256 of the file ``directory`` was binarized from, if it holds a complete one."""
+    recorded = os.path.join(directory, INFO_FILE)
+    if not os.path.isfile(recorded):
+        return None
+    with open(recorded, encoding="utf-8") as f:
+        return json.load(f).get("sha256")
+
+
+def read_source(path: str, data_bin: str, max_positions: Optional[int] = None):
+    """The lines of ``path`` as space-joined subword pieces, checked."""
+    lines = read_lines(path, what="--source ")
+    if not lines:
+        raise DistillError(f"--source {path} has no lines")
+    empty = [i + 1 for i, line in enumerate(lines) if not line.strip()]
+    if empty:
+        listed = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
+        raise DistillError(
+            f"--source {path}: line {empty[0]} is empty ({len(empty)} empty line(s): {listed}); every "
+            f"line must hold one sentence for the teacher to translate: remove the empty lines")
+    if load_meta(data_bin) is None:
+        raise DistillError(f"--source needs the subword model the data was prepared with, but {data_bin} "
+                           f"has no fairseq_distill.json (prepare the data with fsd-prepare-corpus)")
+    pieces = Segmenter.from_dir(data_bin).encode_lines(lines)
+    if max_positions:
+        too_long = [i + 1 for i, p in enumerate(pieces) if len(p.split()) + 1 > max_positions]
+        if too_long:
+            n = len(pieces[too_long[0] - 1].split())
+            raise DistillError(
+                f"--source {path}: line {too_long[0]} has {n} subword tokens, more than the teacher "
+                f"accepts ({max_positions - 1}; {len(too_long)} such line(s)): split or remove them")
+    return pieces
+
+
+def prepare_source(path: str, data_bin: str, src: str, tgt: str, work: str,
+                   max_positions: Optional[int] = None, info: Optional[dict] = None) -> str:
+    """The directory holding ``path`` binarized (split ``SUBSET``) with the data's
+    dictionaries; made unless it is already there for the same file."""
+    info = info or describe_source(path)
+    final = os.path.join(work, MONO_DIR)
+    if made_from(final) == info["sha256"]:
+        return final
+    pieces = read_source(path, data_bin, max_positions)
+    os.makedirs(work, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".monolingual-", dir=work)
+    try:
+        text = os.path.join(tmp, "segmented")
+        with open(f"{text}.{src}", "w", encoding="utf-8", newline="\n") as f:
+            f.writelines(p + "\n" for p in pieces)
+        subprocess.run([
+            sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
+            "--only-source", "--trainpref", text, "--destdir", tmp,
+            "--srcdict", os.path.join(data_bin, f"dict.{src}.txt"), "--workers", "1",
+        ], check=True, stdout=subprocess.DEVNULL)
+        # fairseq's translation task loads both dictionaries of a data directory
+        shutil.copy(os.path.join(data_bin, f"dict.{tgt}.txt"), tmp)
+        from fairseq.data import data_utils
+
+        dataset = data_utils.load_indexed_dataset(os.path.join(tmp, f"{SUBSET}.{src}-{tgt}.{src}"), None)
+        if dataset is None or len(dataset) != len(pieces):
+            raise DistillError(f"binarizing --source {path} gave {0 if dataset is None else len(dataset)} "
+                               f"sentences for {len(pieces)} lines")
+        with open(os.path.join(tmp, INFO_FILE), "w", encoding="utf-8") as f:
+            json.dump({**info, "lines": len(pieces)}, f, indent=2)
+        if made_from(final) == info["sha256"]:
+            return final  # another shard finished first
+        if os.path.isdir(final):
+            shutil.rmtree(final)  # made from another file
+        os.rename(tmp, final)
+    finally:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp)
+    print(f"[seqkd] --source {path}: {len(pieces):,} lines segmented and binarized in {final}")
+    return final

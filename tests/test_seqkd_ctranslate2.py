@@ -1,0 +1,254 @@
+"""fsd-seqkd --backend ctranslate2: the teacher converted once, decoded by fairseq's rules.
+
+Fast: the length limit and its batching, the ranking under --lenpen 0, the refusals.
+Slow (marked): end to end on the tiny teachers, against the fairseq backend."""
+import argparse
+import json
+import os
+import re
+import sys
+
+import pytest
+from sacrebleu.metrics import CHRF
+
+from helpers import PACKAGE_DIR, fairseq_train, run
+from fairseq_distill.ctranslate2_teacher import (CACHE_DIR, Decoding, check_compute_type, check_convertible,
+                                                 length_limit, plan_batches, rank)
+from fairseq_distill.errors import DistillError
+from fairseq_distill.segmentation import Segmenter
+from fairseq_distill.seqkd import load_side
+
+pytest.importorskip("ctranslate2")
+
+SEQKD = os.path.join(os.path.dirname(sys.executable), "fsd-seqkd")
+N_TRAIN = 400
+N_VALID = 40
+# the test machine may be busy with other work: one thread, so OpenMP threads never wait on each other
+CT2_THREADS = ["--threads", "1"]
+
+
+# -- fast: the rules ----------------------------------------------------------------------------
+
+def test_length_limit_is_fairseqs_rule_for_one_sentence():
+    o = Decoding(max_len_a=1.2, max_len_b=10)
+    # fairseq's SequenceGenerator: int(a * src_len + b), src_len counting </s>; at most max positions - 1
+    assert [length_limit(n, o, 1024) for n in (0, 1, 4, 5, 30)] == [11, 12, 16, 17, 47]
+    assert length_limit(2000, o, 1024) == 1023
+    assert length_limit(7, Decoding(max_len_a=0, max_len_b=200), 1024) == 200
+
+
+def test_batches_share_one_exact_limit_each():
+    o = Decoding(max_len_a=1.2, max_len_b=10, batch_size=3)
+    lengths = {i: n for i, n in enumerate([5, 9, 5, 5, 5, 9, 2, 30, 5])}
+    batches = plan_batches(lengths, o, 1024)
+    assert sorted(i for _, ids in batches for i in ids) == sorted(lengths)  # each sentence once
+    for limit, ids in batches:
+        assert 1 <= len(ids) <= 3
+        assert {length_limit(lengths[i], o, 1024) for i in ids} == {limit}
+    assert [limit for limit, _ in batches] == sorted(limit for limit, _ in batches)  # shortest first
+    # with a token budget: sentences of 5 tokens (+ </s>) six to a batch of 36 tokens
+    budget = plan_batches(lengths, Decoding(max_len_a=1.2, max_len_b=10, max_tokens=36), 1024)
+    assert [len(ids) for limit, ids in budget if limit == 17] == [5]
+    assert [len(ids) for limit, ids in budget if limit == 47] == [1]
+    # max_len_a below 1: several source lengths can share a limit, and a batch
+    shared = plan_batches({0: 4, 1: 5, 2: 6}, Decoding(max_len_a=0.5, max_len_b=3), 1024)
+    assert shared == [(5, [0]), (6, [1, 2])]
+
+
+def test_lenpen_zero_ranks_by_the_sum_of_log_probabilities():
+    # CTranslate2 ran with length penalty 1 (see ctranslate2_teacher): its scores are per token,
+    # </s> counted; fairseq's --lenpen 0 ranks by their sum
+    hyps = [["a", "b", "c", "</s>"], ["a", "</s>"], ["a", "b", "c", "d", "e"]]
+    scores = [-0.5, -0.9, -0.45]  # sums: -2.0, -1.8, -2.25
+    assert rank(hyps, scores, 0.0) == [hyps[1], hyps[0], hyps[2]]
+    assert rank(hyps, scores, 1.0) == hyps  # as CTranslate2 ranked them: the same formula
+
+
+def fake_teacher(arch):
+    return {"cfg": {"model": argparse.Namespace(arch=arch, _name=arch)}, "model": {}}
+
+
+def test_what_ctranslate2_cannot_decode_is_refused_naming_the_fairseq_backend():
+    with pytest.raises(DistillError, match=r"decodes one model, but --teacher names an ensemble of 2 checkpoints "
+                                           r"\(CTranslate2 cannot average .*use --backend fairseq"):
+        check_convertible(["a.pt", "b.pt"], [fake_teacher("transformer")] * 2)
+    with pytest.raises(DistillError, match=r"teacher deep.pt cannot be decoded with CTranslate2: relative "
+                                           r"position representations .*; use --backend fairseq"):
+        check_convertible(["deep.pt"], [fake_teacher("deep_transformer")])
+    check_convertible(["t.pt"], [fake_teacher("transformer")])
+
+
+def test_compute_types_are_checked_against_the_device():
+    with pytest.raises(DistillError, match=r"unknown --compute-type 'int4'; CTranslate2 knows default, auto, int8, "):
+        check_compute_type("int4", "cpu")
+    import ctranslate2
+
+    unsupported = [t for t in ("float16", "bfloat16", "int8_float16") if t not in
+                   ctranslate2.get_supported_compute_types("cpu")]
+    if unsupported:
+        with pytest.raises(DistillError, match=rf"--compute-type {unsupported[0]} is not supported on this "
+                                               rf"machine's cpu; supported here: .*float32"):
+            check_compute_type(unsupported[0], "cpu")
+    check_compute_type("float32", "cpu")
+    check_compute_type("int8", "cpu")
+
+
+# -- slow: end to end ---------------------------------------------------------------------------
+
+def seqkd(*args, check=True):
+    return run([SEQKD, *args], check=check)
+
+
+def shard_records(work, num_shards):
+    headers, records = [], {}
+    for shard in range(num_shards):
+        with open(os.path.join(work, f"shard{shard}-of-{num_shards}.jsonl"), encoding="utf-8") as f:
+            lines = [json.loads(line) for line in f]
+        headers.append(lines[0])
+        for record in lines[1:]:
+            assert record["id"] not in records
+            records[record["id"]] = (shard, record)
+    return headers, records
+
+
+def summary_of(out):
+    with open(os.path.join(out, "seqkd_summary.json")) as f:
+        return json.load(f)
+
+
+@pytest.mark.slow
+def test_ctranslate2_shards_give_every_sentence_its_hypothesis_in_corpus_order(tiny_data, tiny_teacher, tmp_path):
+    out, work = str(tmp_path / "out"), str(tmp_path / "work")
+    common = ["--teacher", tiny_teacher, "--data", tiny_data, "--work", work, "--backend", "ctranslate2",
+              *CT2_THREADS, "--beam", "1", "--num-shards", "2"]
+    first = seqkd(*common, "--shard-id", "1").stdout
+    assert "converted the teacher to CTranslate2" in first
+    again = seqkd(*common, "--shard-id", "0").stdout
+    assert "reusing the teacher's CTranslate2 conversion" in again and "converted the teacher" not in again
+    assert len(os.listdir(os.path.join(work, CACHE_DIR))) == 1  # one conversion, no leftovers
+    seqkd("--data", tiny_data, "--work", work, "--num-shards", "2", "--merge", "--out", out)
+
+    headers, records = shard_records(work, 2)
+    assert sorted(records) == list(range(N_TRAIN))  # every sentence decoded exactly once
+    assert all(shard == i % 2 for i, (shard, _) in records.items())
+    assert [h["settings"]["backend"] for h in headers] == ["ctranslate2"] * 2
+    assert headers[0]["settings"]["compute_type"] == "float32"
+    # the new training data: the original source, each sentence with its own hypothesis, in order
+    assert load_side(out, "train", "de", "en", "de") == load_side(tiny_data, "train", "de", "en", "de")
+    assert load_side(out, "train", "de", "en", "en") == [records[i][1]["hyp"] for i in range(N_TRAIN)]
+    summary = summary_of(out)
+    assert summary["sentences"] == summary["kept"] == N_TRAIN and summary["backend"] == "ctranslate2"
+
+
+@pytest.mark.slow
+def test_greedy_ctranslate2_equals_fairseq_and_keeps_the_length_rule(tiny_data, tiny_teacher, tmp_path):
+    """beam 1, float32, the 40 valid sentences: the same hypotheses, token for token, as the
+    fairseq backend decoding one sentence per batch (fairseq-generate applies the length rule
+    to a batch's longest source)."""
+    outs = {}
+    for backend, extra in (("ctranslate2", CT2_THREADS), ("fairseq", ["--batch-size", "1"])):
+        outs[backend] = str(tmp_path / backend)
+        seqkd("--teacher", tiny_teacher, "--data", tiny_data, "--out", outs[backend], "--backend", backend,
+              "--subset", "valid", "--beam", "1", *extra)
+    ct2 = load_side(outs["ctranslate2"], "train", "de", "en", "en")
+    assert len(ct2) == 40 and ct2 == load_side(outs["fairseq"], "train", "de", "en", "en")
+    # the tiny teacher hardly ever ends a sentence: its hypotheses are as long as the rule allows
+    sources = load_side(tiny_data, "valid", "de", "en", "de")
+    lengths = [(len(h.split()), int(1.2 * (len(s.split()) + 1) + 10)) for h, s in zip(ct2, sources)]
+    assert sum(n == limit for n, limit in lengths) >= 36
+    assert all(n <= limit for n, limit in lengths)
+    assert summary_of(outs["ctranslate2"])["hypotheses_at_length_limit"] == sum(n == l for n, l in lengths)
+
+
+@pytest.fixture(scope="module")
+def fluent_teacher(tiny_data, tmp_path_factory):
+    """A small teacher trained until it writes real sentences that mostly end before the limit
+    (as tests/test_ctranslate2.py's student)."""
+    root = tmp_path_factory.mktemp("fluent_teacher")
+    wide = [f"--{side}-{what}" for side in ("encoder", "decoder") for what in ("embed-dim", "ffn-embed-dim")]
+    fairseq_train(tiny_data, str(root), "--criterion", "label_smoothed_cross_entropy",
+                  "--max-update", "150", "--lr", "0.005", "--log-interval", "50",
+                  *[x for flag, dim in zip(wide, ("32", "64", "32", "64")) for x in (flag, dim)])
+    return str(root / "checkpoint_last.pt")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lenpen", [1.0, 0.0, 2.0])
+def test_beam_search_equals_fairseqs_with_its_length_penalty(tiny_data, fluent_teacher, tmp_path, lenpen):
+    """beam 5 on the 40 valid sentences: the CTranslate2 teacher's 1-best is fairseq's own
+    generator's (one sentence per batch), and so are its 3-best lists up to lenpen 1; sentences
+    that reach the length limit are the ones decoded again with fairseq."""
+    from fairseq_distill.ctranslate2_teacher import CTranslate2Teacher
+    from fairseq_distill.translators import DecodingOptions, FairseqTranslator
+    from fairseq_distill.teacher import read_teacher_checkpoint
+
+    options = Decoding(beam=5, lenpen=lenpen, nbest=3)
+    state = read_teacher_checkpoint(fluent_teacher)
+    teacher = CTranslate2Teacher(fluent_teacher, state, tiny_data, "de", "en", str(tmp_path), options, threads=1)
+    sources = {i: s.split() for i, s in enumerate(load_side(tiny_data, "valid", "de", "en", "de"))}
+    result = teacher.decode(sources)
+    fairseq = FairseqTranslator(fluent_teacher, tiny_data, DecodingOptions(beam=5, lenpen=lenpen))
+    want = {i: fairseq.translate_nbest([p], 3)[0] for i, p in sources.items()}
+    assert result.at_length_limit == result.redecoded_with_fairseq < len(sources) // 2
+    assert all(result.nbest[i][0] == want[i][0] for i in sources)
+    differ = [i for i in sources if result.nbest[i] != want[i]]
+    if lenpen <= 1:
+        assert not differ
+    for i in differ:
+        # more hypotheses ended in the last step than the list holds: fairseq kept the first
+        # ones that ended, CTranslate2 the best-scoring; the others are the same
+        longest = max(map(len, result.nbest[i]))
+        assert all(len(h) == longest for h in result.nbest[i] if h not in want[i]), i
+
+
+@pytest.mark.slow
+def test_nbest_with_chrf_selection_and_a_monolingual_source(tiny_data, tiny_teacher, tmp_path):
+    """Both backends, the 40 valid sentences translated (they become OUT's train split) and 6
+    monolingual lines added."""
+    with open(os.path.join(tiny_data, "raw", "test.de"), encoding="utf-8") as f:
+        mono = [next(f).rstrip("\n") for _ in range(6)]
+    (tmp_path / "mono.de").write_text("\n".join(mono) + "\n", encoding="utf-8")
+    for backend, extra in (("fairseq", []), ("ctranslate2", CT2_THREADS)):
+        out, work = str(tmp_path / backend), str(tmp_path / f"{backend}.work")
+        seqkd("--teacher", tiny_teacher, "--data", tiny_data, "--out", out, "--work", work, "--backend", backend,
+              *extra, "--subset", "valid", "--beam", "2", "--nbest", "2", "--select", "chrf",
+              "--source", str(tmp_path / "mono.de"), "--max-len-b", "3")
+        summary = summary_of(out)
+        assert summary["sentences"] == N_VALID and summary["nbest"] == 2
+        assert summary["monolingual_sentences"] == summary["monolingual_added"] == 6
+        assert summary["kept"] == N_VALID + 6
+        _, records = shard_records(work, 1)
+        assert sorted(records) == list(range(N_VALID + 6))
+        assert all(len(r["nbest"]) == 2 and r["hyp"] == r["nbest"][0] for _, r in records.values())
+        # the pairs: the training sentences, then the --source lines segmented as the corpus was
+        src_side = load_side(out, "train", "de", "en", "de")
+        assert src_side[:N_VALID] == load_side(tiny_data, "valid", "de", "en", "de")
+        assert src_side[N_VALID:] == Segmenter.from_dir(tiny_data).encode_lines(mono)
+        targets = load_side(out, "train", "de", "en", "en")
+        # monolingual lines have no reference: their 1-best
+        assert targets[N_VALID:] == [records[i][1]["nbest"][0] for i in range(N_VALID, N_VALID + 6)]
+        # the training sentences: the hypothesis of the better sentence chrF against the reference
+        chrf, segmenter = CHRF(), Segmenter.from_dir(tiny_data)
+        refs = [segmenter.decode(r.split()) for r in load_side(tiny_data, "valid", "de", "en", "en")]
+        picked_second = 0
+        for i in range(N_VALID):
+            first, second = (chrf.sentence_score(segmenter.decode(h.split()), [refs[i]]).score
+                             for h in records[i][1]["nbest"])
+            assert targets[i] == records[i][1]["nbest"][1 if second > first else 0]
+            picked_second += second > first
+        assert summary["selected_other_than_1best"] == picked_second
+        if backend == "ctranslate2":
+            # the tiny teacher's every search reaches the limit: all decoded again with fairseq
+            assert summary["redecoded_with_fairseq"] == N_VALID + 6
+
+
+@pytest.mark.slow
+def test_a_teacher_ctranslate2_cannot_express_is_refused_by_the_command(tiny_data, tmp_path):
+    fairseq_train(tiny_data, str(tmp_path / "deep"), "--user-dir", PACKAGE_DIR, "--arch", "deep_transformer",
+                  "--max-update", "1", "--criterion", "label_smoothed_cross_entropy")
+    proc = seqkd("--teacher", str(tmp_path / "deep" / "checkpoint_last.pt"), "--data", tiny_data,
+                 "--out", str(tmp_path / "out"), "--backend", "ctranslate2", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout
+    assert re.search(r"seqkd: error: teacher .*checkpoint_last.pt cannot be decoded with CTranslate2: relative "
+                     r"position representations .*; use --backend fairseq", proc.stdout), proc.stdout[-2000:]
+    assert not os.path.exists(tmp_path / "out")

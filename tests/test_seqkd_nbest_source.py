@@ -1,0 +1,132 @@
+"""Seq-KD: choosing among the teacher's n-best hypotheses, the monolingual --source, the
+shard files' decoding record and the options' errors (in-process; the end-to-end runs are in
+test_seqkd_ctranslate2.py)."""
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from fairseq_distill.errors import DistillError
+from fairseq_distill.hypothesis_selection import select_hypotheses
+from fairseq_distill.monolingual import read_source
+from fairseq_distill.segmentation import Segmenter
+from fairseq_distill.seqkd import SeqKDJob, check_options, check_source_matches, read_shards, shard_settings
+
+REF = "Two young men are outside near many bushes."
+
+
+def test_chrf_keeps_the_hypothesis_closest_to_the_reference():
+    nbest = [
+        ["A dog runs in the snow.", "Two young men are outside near many bushes.", "Two men."],
+        # chrF weighs recall twice as much as precision: every character n-gram of the
+        # reference plus a few more beats a short hypothesis that has only some of them
+        ["Two men are outside.", "Two young men are outside near many green bushes today."],
+        ["Two young men are outside near many bushes."],  # a list of one: nothing to choose
+    ]
+    assert select_hypotheses(nbest, [REF] * 3, "chrf") == [1, 1, 0]
+    assert select_hypotheses(nbest, [REF] * 3, "first") == [0, 0, 0]
+
+
+def test_a_tie_keeps_the_higher_ranked_hypothesis():
+    # the same text twice, and two texts with the same character n-grams (chrF ignores spaces)
+    assert select_hypotheses([["A cat.", REF, REF]], [REF], "chrf") == [1]
+    assert select_hypotheses([["Twoyoung men are outside near many bushes.", REF]], [REF], "chrf") == [0]
+
+
+def test_a_sentence_without_reference_keeps_its_1best():
+    assert select_hypotheses([["A dog.", REF], ["A dog.", REF]], [None, REF], "chrf") == [0, 1]
+
+
+def test_unknown_selection_is_named():
+    with pytest.raises(DistillError, match="unknown --select 'bleu'; choose one of chrf, first"):
+        select_hypotheses([["a"]], ["a"], "bleu")
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"nbest": 6}, r"--nbest must be between 1 and the beam size \(5\), got 6"),
+    ({"nbest": 0}, r"--nbest must be between 1 and the beam size \(5\), got 0"),
+    ({"backend": "marian"}, "unknown --backend 'marian'; choose one of fairseq, ctranslate2"),
+    ({"compute_type": "int8"}, "--compute-type applies to --backend ctranslate2 only"),
+    ({"threads": 2}, "--threads applies to --backend ctranslate2 only"),
+    ({"threads": 0, "backend": "ctranslate2"}, "--threads must be at least 1, got 0"),
+    ({"select": "bleu"}, "unknown --select 'bleu'"),
+    ({"beam": 0}, "--beam must be at least 1, got 0"),
+    ({"max_len_ratio": 0.5}, "--max-len-ratio must be at least 1"),
+])
+def test_bad_options_are_named(changes, message):
+    with pytest.raises(DistillError, match=message):
+        check_options(SeqKDJob(data="unused", **changes))
+
+
+# -- the monolingual source ---------------------------------------------------------------------
+
+def test_source_lines_are_segmented_as_the_corpus(tiny_data, tmp_path):
+    lines = ["Ein Hund läuft.", "Zwei  Männer\tim Freien\r", "Eine Frau\u2028singt."]
+    path = tmp_path / "mono.de"
+    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
+    pieces = read_source(str(path), tiny_data)
+    # \r\n ends a line; the tab, the double space and U+2028 are whitespace inside one
+    assert pieces == Segmenter.from_dir(tiny_data).encode_lines(["Ein Hund läuft.", "Zwei  Männer\tim Freien",
+                                                                 "Eine Frau\u2028singt."])
+    assert len(pieces) == 3 and all(" " in p for p in pieces)
+
+
+def test_empty_source_lines_are_named(tiny_data, tmp_path):
+    path = tmp_path / "mono.de"
+    path.write_text("Ein Hund.\n\nZwei Katzen.\n   \nEin Haus.\n", encoding="utf-8")
+    with pytest.raises(DistillError, match=r"line 2 is empty \(2 empty line\(s\): 2, 4\); every line must hold"):
+        read_source(str(path), tiny_data)
+    path.write_text("", encoding="utf-8")
+    with pytest.raises(DistillError, match="has no lines"):
+        read_source(str(path), tiny_data)
+
+
+def test_source_lines_longer_than_the_teacher_accepts_are_named(tiny_data, tmp_path):
+    path = tmp_path / "mono.de"
+    path.write_text("Ein Hund.\n" + "Hund " * 40 + "\n", encoding="utf-8")
+    with pytest.raises(DistillError, match=r"line 2 has \d+ subword tokens, more than the teacher accepts \(19;"):
+        read_source(str(path), tiny_data, max_positions=20)
+
+
+# -- shard files --------------------------------------------------------------------------------
+
+def write_shard(work, shard, num_shards, settings, records):
+    with open(os.path.join(work, f"shard{shard}-of-{num_shards}.jsonl"), "w", encoding="utf-8") as f:
+        if settings is not None:
+            f.write(json.dumps({"shard": shard, "num_shards": num_shards, "settings": settings}) + "\n")
+        for record in records:
+            f.write(json.dumps(record) + "\n")
+
+
+def test_shards_decoded_differently_are_not_merged(tmp_path):
+    a = {"backend": "fairseq", "beam": 5, "nbest": 2, "source": None}
+    b = dict(a, backend="ctranslate2", beam=4)
+    write_shard(tmp_path, 0, 2, a, [{"id": 0, "hyp": "x", "nbest": ["x", "y"]}])
+    write_shard(tmp_path, 1, 2, b, [{"id": 1, "hyp": "z"}])
+    args = SimpleNamespace(work=str(tmp_path), num_shards=2)
+    headers, lists = read_shards(args)
+    assert lists == {0: ["x", "y"], 1: ["z"]}
+    with pytest.raises(DistillError, match=r"shards 0 and 1 of 2 were decoded with different settings "
+                                           r"\(backend, beam\)"):
+        shard_settings(headers, args)
+    write_shard(tmp_path, 1, 2, a, [{"id": 1, "hyp": "z"}])
+    assert shard_settings(read_shards(args)[0], args) == a
+
+
+def test_merge_needs_the_subset_and_source_the_shards_translated(tmp_path):
+    mono = tmp_path / "mono.de"
+    mono.write_text("Ein Hund.\n", encoding="utf-8")
+    from fairseq_distill.monolingual import describe_source
+
+    recorded = {"source": describe_source(str(mono))}
+    with pytest.raises(DistillError, match=r"pass --source mono.de \(its path here\) to merge them"):
+        check_source_matches(recorded, SimpleNamespace(source=None, subset="train"))
+    with pytest.raises(DistillError, match="the shards were decoded without a monolingual source"):
+        check_source_matches({"source": None}, SimpleNamespace(source=str(mono), subset="train"))
+    check_source_matches(recorded, SimpleNamespace(source=str(mono), subset="train"))
+    mono.write_text("Zwei Hunde.\n", encoding="utf-8")
+    with pytest.raises(DistillError, match="is not the file the shards translated"):
+        check_source_matches(recorded, SimpleNamespace(source=str(mono), subset="train"))
+    with pytest.raises(DistillError, match="the shards translated --subset valid, not train: pass --subset valid"):
+        check_source_matches({"subset": "valid", "source": None}, SimpleNamespace(source=None, subset="train"))

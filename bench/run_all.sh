@@ -16,6 +16,8 @@ recipe() { $PY bench/run.py "configs/$1.yaml" --workdir "$W" --reuse-committed; 
 
 recipe foundation
 $PY bench/ctranslate2_speed.py configs/foundation.yaml --workdir "$W"
+$PY bench/step_cost.py configs/foundation.yaml --workdir "$W"
+recipe seqkd_backends
 recipe layer_kd
 $PY bench/step_cost.py configs/layer_kd.yaml --workdir "$W"
 $PY bench/heatmaps.py configs/layer_kd.yaml --workdir "$W"

@@ -18,13 +18,14 @@ def test_without_cuda_it_says_so_and_exits_0():
 
 @pytest.mark.slow
 def test_the_checks_run_and_report_one_line_per_case(tmp_path):
-    proc = run([sys.executable, SCRIPT, "--device", "cpu", "--precisions", "fp32", "--cases", "ckd,deep_transformer",
+    proc = run([sys.executable, SCRIPT, "--device", "cpu", "--precisions", "fp32", "--cases", "ckd,word_kd_cached",
                 "--updates", "3", "--work", str(tmp_path)])
     lines = proc.stdout.strip().splitlines()
     assert lines[-1] == "2 passed, 0 failed"
-    for case, line in zip(("ckd fp32", "deep_transformer fp32"), lines[-3:-1]):
-        assert line.startswith("PASS") and case in line
-        for check in ("losses finite: yes", "teacher unchanged: yes", "criterion parameters saved: yes",
+    teacher_check = {"ckd": "teacher unchanged: yes", "word_kd_cached": "teacher not loaded: yes"}
+    for case, line in zip(("ckd", "word_kd_cached"), lines[-3:-1]):
+        assert line.startswith("PASS") and f"{case} fp32" in line
+        for check in ("losses finite: yes", teacher_check[case], "criterion parameters saved: yes",
                       "export decodes: yes"):
             assert check in line
 
@@ -33,4 +34,4 @@ def test_the_checks_run_and_report_one_line_per_case(tmp_path):
 def test_unknown_case_is_named():
     proc = run([sys.executable, SCRIPT, "--device", "cpu", "--precisions", "fp32", "--cases", "kd"], check=False)
     assert proc.returncode == 1
-    assert "unknown case or precision 'kd'; cases: word_kd, pkd, ckd, alp_kd, a2d" in proc.stdout
+    assert "unknown case or precision 'kd'; cases: word_kd, word_kd_cached, pkd, ckd, alp_kd, a2d" in proc.stdout

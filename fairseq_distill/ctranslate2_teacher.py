@@ -61,6 +61,7 @@ import torch
 
 from fairseq_distill.ctranslate2_export import convert, model_config, unsupported_reason
 from fairseq_distill.errors import DistillError
+from fairseq_distill.translators import DecodingOptions
 
 CACHE_DIR = "ctranslate2-teacher"
 INFO_FILE = "converted_from.json"
@@ -158,12 +159,10 @@ def max_target_positions(state: dict) -> int:
 
 
 @dataclass
-class Decoding:
-    """fsd-seqkd's decoding options (see its ``--help``)."""
+class Decoding(DecodingOptions):
+    """fsd-seqkd's decoding options (see its ``--help``): the translators' beam, length penalty
+    and length limit, and what seq-KD adds."""
     beam: int = 5
-    lenpen: float = 1.0
-    max_len_a: float = 1.2
-    max_len_b: int = 10
     nbest: int = 1
     batch_size: int = 128
     max_tokens: Optional[int] = None  # source tokens per batch, </s> included; overrides batch_size

@@ -15,7 +15,6 @@ The binarized lines live in ``WORK/monolingual`` with a record of the file they 
 them, another file replaces them. They are written to a temporary directory and renamed
 into place, so shards started side by side never read half-written data.
 """
-import hashlib
 import json
 import os
 import shutil
@@ -26,19 +25,11 @@ from typing import Optional
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.segmentation import Segmenter, load_meta
-from fairseq_distill.textfiles import read_lines
+from fairseq_distill.textfiles import file_sha256, read_lines
 
 MONO_DIR = "monolingual"
 INFO_FILE = "source.json"
 SUBSET = "train"  # the binarized lines' split name inside MONO_DIR
-
-
-def sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def describe_source(path: str) -> dict:
@@ -46,7 +37,7 @@ def describe_source(path: str) -> dict:
     recorded with the shards, compared when merging."""
     if not os.path.isfile(path):
         raise DistillError(f"--source file not found: '{path}'")
-    return {"name": os.path.basename(path), "size": os.path.getsize(path), "sha256": sha256(path)}
+    return {"name": os.path.basename(path), "size": os.path.getsize(path), "sha256": file_sha256(path)}
 
 
 def made_from(directory: str) -> Optional[str]:

@@ -54,20 +54,12 @@ def dictionary_digest(dictionary) -> str:
     return hashlib.sha1("\n".join(dictionary.symbols).encode("utf-8")).hexdigest()[:16]
 
 
-def file_digest(path: str) -> str:
-    digest = hashlib.sha1()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()[:16]
-
-
 @dataclass
 class CacheMeta:
     """What a cache was made from, checked against the data it is used with."""
 
     teachers: List[str]          # absolute checkpoint paths, ensemble order
-    teacher_digests: List[str]   # sha1 of each checkpoint file (first 16 hex digits)
+    teacher_digests: List[str]   # SHA-256 of each checkpoint file
     data: str                    # absolute path of the binarized data directory
     subset: str
     source_lang: str

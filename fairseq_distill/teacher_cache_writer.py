@@ -28,8 +28,9 @@ from tqdm import tqdm
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.losses import ensemble_log_probs
+from fairseq_distill.textfiles import file_sha256
 from fairseq_distill.teacher_cache import (
-    INDICES_FILE, LOG_PROBS_FILE, OFFSETS_FILE, VALUE_DTYPES, CacheMeta, dictionary_digest, file_digest,
+    INDICES_FILE, LOG_PROBS_FILE, OFFSETS_FILE, VALUE_DTYPES, CacheMeta, dictionary_digest,
     index_dtype, offsets_from_sizes, sizes_digest,
 )
 
@@ -147,7 +148,7 @@ def make_shard(job: CacheJob, task, dataset, shard_id: int) -> dict:
     seconds = time.time() - started
     record = {"ids": ids, "tokens": tokens, "seconds": round(seconds, 1), "settings": job.settings(),
               "teachers": [os.path.abspath(p) for p in teachers.paths],
-              "teacher_digests": [file_digest(p) for p in teachers.paths], "vocab_size": vocab}
+              "teacher_digests": [file_sha256(p) for p in teachers.paths], "vocab_size": vocab}
     with open(prefix + ".done.tmp", "w") as f:
         json.dump(record, f)
     os.replace(prefix + ".done.tmp", prefix + ".done")

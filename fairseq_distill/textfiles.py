@@ -10,6 +10,7 @@ Text is UTF-8. Invalid bytes are an error naming the file and line, unless the c
 for ``errors="replace"``, which puts U+FFFD in their place.
 """
 import gzip
+import hashlib
 import sys
 import zlib
 from typing import List
@@ -83,3 +84,12 @@ def split_lines(data: bytes, path: str = STDIN, errors: str = "strict", warn=Non
 def read_lines(path: str, errors: str = "strict", warn=None, what: str = "") -> List[str]:
     """The lines of a UTF-8 text file (``.gz`` decompressed, ``-`` standard input)."""
     return split_lines(read_bytes(path, what), path, errors, warn)
+
+
+def file_sha256(path: str) -> str:
+    """The SHA-256 of a file's bytes (hex), read in blocks: what identifies an input wherever it lies."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -27,7 +27,6 @@ reuses it when those are the same and refuses, naming what differs, when they ar
 unless ``--force``.
 """
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -39,7 +38,7 @@ import time
 from fairseq_distill.cli.common import run_cli
 from fairseq_distill.errors import DistillError
 from fairseq_distill.segmentation import META_FILE, Segmenter, normalize_whitespace
-from fairseq_distill.textfiles import ERRORS, read_lines
+from fairseq_distill.textfiles import ERRORS, file_sha256, read_lines
 
 # what a rerun compares (besides the inputs), with the option that sets it
 RECORDED_OPTIONS = {"source_lang": "--source-lang", "target_lang": "--target-lang", "bpe": "--bpe",
@@ -90,17 +89,9 @@ def write_lines(path, lines):
             f.write(line + "\n")
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def describe_input(path):
     st = os.stat(path)
-    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256(path)}
+    return {"path": os.path.abspath(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": file_sha256(path)}
 
 
 def same_content(recorded, path):
@@ -111,7 +102,7 @@ def same_content(recorded, path):
         return False
     if st.st_mtime_ns == recorded.get("mtime_ns"):
         return True
-    return sha256(path) == recorded.get("sha256")
+    return file_sha256(path) == recorded.get("sha256")
 
 
 def differences(made_from, inputs, options):

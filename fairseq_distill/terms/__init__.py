@@ -2,7 +2,7 @@
 
 A term declares the features it reads (:attr:`DistillationTerm.request`), owns its learned
 parameters (fairseq optimises and checkpoints them as the criterion's), and returns its
-value summed over the positions it covers. :class:`~fairseq_distill.criterions.distill.DistillationCriterion`
+value at the scale of a sum over the batch, which the criterion divides by ``sample_size``. :class:`~fairseq_distill.criterions.distill.DistillationCriterion`
 adds ``Σ weight·term`` to the label-smoothed cross-entropy, like torchdistill's weighted
 sum of named losses.
 """

@@ -65,7 +65,9 @@ class DistillationTerm(nn.Module):
         return self.weight
 
     def forward(self, student: Features, teachers: List[Features], sample) -> Tensor:
-        """The term's value for a batch, summed over the positions it covers."""
+        """The term's value for a batch at the scale of a sum over its positions (the criterion
+        divides everything by ``sample_size``): summed over the positions it covers, or, for a
+        term defined per token (A2D's paper form), its mean times ``sample_size``."""
         raise NotImplementedError
 
 

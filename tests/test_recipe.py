@@ -192,6 +192,24 @@ def test_extends_inherits_settings_merges_models_and_selects_base_steps(tmp_path
         load_recipe(str(tmp_path / "child.yaml"))
 
 
+def test_compare_names_one_or_more_baselines_and_refuses_unknown_ones():
+    from fairseq_distill.errors import DistillError
+    from bench.runner.config import compared_baselines
+
+    steps = [{"name": "student"}, {"name": "student-wordkd"}, {"name": "a2d"}]
+    assert compared_baselines(None, steps) == []
+    assert compared_baselines({"baseline": "student"}, steps) == ["student"]
+    assert compared_baselines({"baseline": ["student", "student-wordkd"], "test": "randomization"},
+                              steps) == ["student", "student-wordkd"]
+    with pytest.raises(DistillError, match=r"baseline 'student-kd' is not a step of this recipe; "
+                                           r"steps: student, student-wordkd, a2d"):
+        compared_baselines({"baseline": ["student", "student-kd"]}, steps)
+    with pytest.raises(DistillError, match=r"unknown key\(s\) baselines; valid: baseline, test"):
+        compared_baselines({"baselines": ["student"]}, steps)
+    with pytest.raises(DistillError, match="needs 'baseline: STEP'"):
+        compared_baselines({"test": "bootstrap"}, steps)
+
+
 def test_table_marks_rows_trained_under_another_speed_setup():
     from bench.runner.host import SPEED_SETUP
     from bench.runner.results import markdown_table
@@ -383,19 +401,21 @@ def test_training_progress_shows_epochs_and_their_losses(tty):
 
 
 @pytest.mark.slow
-def test_compare_adds_paired_significance_against_the_baseline(tmp_path):
-    """``compare: {baseline: STEP}``: every other row against it, sacreBLEU's paired bootstrap on
-    the saved hypotheses, in the results JSON and under the table."""
+def test_compare_adds_paired_significance_against_each_baseline(tmp_path):
+    """``compare: {baseline: [STEP, ...]}``: every other row against each, sacreBLEU's paired
+    bootstrap on the saved hypotheses, in the results JSON and under the table."""
     config = tiny_recipe(tmp_path, "cmp", {"teacher": TINY, "student": TINY}, [
         {"name": "teacher", "model": "teacher"},
         {"name": "student-wordkd", "model": "student", "teacher": "teacher", "criterion": "word_kd"},
     ])
     cfg = yaml.safe_load(config.read_text())
-    cfg["compare"] = {"baseline": "teacher"}
+    cfg["compare"] = {"baseline": ["teacher", "student-wordkd"]}
     config.write_text(yaml.safe_dump(cfg))
     run(recipe_cmd(config, "--workdir", str(tmp_path / "work"), "--results", str(tmp_path / "results")))
     results = json.load(open(tmp_path / "results" / "cmp.json"))
-    tested = results["significance"]
+    tested, reverse = results["significance"]
+    assert reverse["baseline"] == "student-wordkd" and list(reverse["systems"]) == ["teacher"]
+    assert reverse["systems"]["teacher"]["bleu"]["delta"] == -tested["systems"]["student-wordkd"]["bleu"]["delta"]
     assert tested["baseline"] == "teacher" and tested["test"] == "bootstrap" and tested["samples"] == 1000
     student = tested["systems"]["student-wordkd"]
     rows = {r["name"]: r for r in results["rows"]}
@@ -406,3 +426,4 @@ def test_compare_adds_paired_significance_against_the_baseline(tmp_path):
     table = open(tmp_path / "results" / "cmp.md").read()
     assert f"| student-wordkd | {student['bleu']['score']:.2f}" in table
     assert "Paired bootstrap test against teacher (1000 samples, seed 12345)" in table
+    assert "Paired bootstrap test against student-wordkd (1000 samples, seed 12345)" in table

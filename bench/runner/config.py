@@ -9,6 +9,7 @@ A recipe (see ``configs/*.yaml``)::
     models: {teacher: {arch: transformer, encoder-layers: 6, ...}, student: {...}}
     eval: {beam: 4, batch-size: 128}           # checkpoint: best (default) or last
     compare: {baseline: student}               # paired significance of every row against it
+                                               # (or a list: [student, student-wordkd])
     steps:
       - {name: teacher, model: teacher, train: {max-epoch: 20}}
       - {name: seqkd, seqkd: {teacher: teacher, beam: 4}}
@@ -28,7 +29,7 @@ A recipe (see ``configs/*.yaml``)::
 Flags are written without the leading dashes; ``true`` means a bare switch.
 """
 import os
-from typing import List
+from typing import List, Optional
 
 import yaml
 
@@ -71,6 +72,7 @@ def load_checked(path: str) -> dict:
     if len(set(names)) != len(names):
         raise DistillError(f"{path}: step names must be unique, got {names}")
     evaluated_checkpoint(cfg, path)
+    compared_baselines(cfg.get("compare"), cfg["steps"])
     return cfg
 
 
@@ -94,6 +96,25 @@ def evaluated_checkpoint(cfg: dict, path: str = "recipe") -> str:
     if which not in CHECKPOINTS:
         raise DistillError(f"{path}: eval checkpoint {which!r} is not one of 'best', 'last'")
     return which
+
+
+def compared_baselines(compare: Optional[dict], steps) -> List[str]:
+    """The steps named by ``compare: {baseline: STEP}`` or ``compare: {baseline: [STEP, ...]}``."""
+    if not compare:
+        return []
+    unknown = set(compare) - {"baseline", "test"}
+    if unknown:
+        raise DistillError(f"compare: unknown key(s) {', '.join(sorted(unknown))}; valid: baseline, test")
+    bases = compare.get("baseline")
+    bases = [bases] if isinstance(bases, str) else list(bases or [])
+    if not bases:
+        raise DistillError("compare: needs 'baseline: STEP' (or a list of steps)")
+    names = {s["name"] for s in steps}
+    for base in bases:
+        if base not in names:
+            raise DistillError(f"compare: baseline {base!r} is not a step of this recipe; "
+                               f"steps: {', '.join(s['name'] for s in steps)}")
+    return bases
 
 
 def dependencies(step: dict) -> List[str]:

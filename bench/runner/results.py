@@ -7,12 +7,11 @@ from typing import Dict, List, Optional
 
 import torch
 
-from fairseq_distill.errors import DistillError
 from fairseq_distill.scoring import markdown as significance_markdown
 from fairseq_distill.scoring import paired_significance
 from fairseq_distill.textfiles import read_lines
 
-from .config import dependencies
+from .config import compared_baselines, dependencies
 from .host import SPEED_SETUP
 from .plan import REPO
 
@@ -98,26 +97,25 @@ def results_rows(steps, done: Dict[str, dict]) -> List[dict]:
             if s["name"] in done and done[s["name"]]["kind"] == "train"]
 
 
-def significance(compare: Optional[dict], steps, done: Dict[str, dict]) -> Optional[dict]:
-    """The recipe's ``compare: {baseline: STEP}``: every other finished training step against the
-    baseline, with sacreBLEU's paired test on the saved test-set hypotheses (``test:
-    bootstrap|randomization``). Steps evaluated before hypotheses were recorded are listed."""
-    if not compare:
-        return None
-    base = compare.get("baseline")
-    if base not in {s["name"] for s in steps}:
-        raise DistillError(f"compare: baseline {base!r} is not a step of this recipe")
+def significance(compare: Optional[dict], steps, done: Dict[str, dict]) -> List[dict]:
+    """The recipe's ``compare: {baseline: STEP or [STEP, ...]}``: for each baseline, every other
+    finished training step against it, with sacreBLEU's paired test on the saved test-set
+    hypotheses (``test: bootstrap|randomization``); one result per baseline that has
+    finished. Steps evaluated before hypotheses were recorded are listed."""
     trained = [s["name"] for s in steps if done.get(s["name"], {}).get("kind") == "train"]
     saved = [n for n in trained if done[n].get("hypotheses") and os.path.isfile(done[n]["hypotheses"])]
-    if base not in saved or len(saved) < 2 or not os.path.isfile(str(done[base].get("references"))):
-        return None
     read = lambda path: read_lines(path, what="hypotheses")  # noqa: E731
-    result = paired_significance((base, read(done[base]["hypotheses"])),
-                                 [(n, read(done[n]["hypotheses"])) for n in saved if n != base],
-                                 read_lines(done[base]["references"], what="references"),
-                                 compare.get("test", "bootstrap"))
-    result["not_tested"] = [n for n in trained if n not in saved]
-    return result
+    results = []
+    for base in compared_baselines(compare, steps):
+        if base not in saved or len(saved) < 2 or not os.path.isfile(str(done[base].get("references"))):
+            continue
+        result = paired_significance((base, read(done[base]["hypotheses"])),
+                                     [(n, read(done[n]["hypotheses"])) for n in saved if n != base],
+                                     read_lines(done[base]["references"], what="references"),
+                                     compare.get("test", "bootstrap"))
+        result["not_tested"] = [n for n in trained if n not in saved]
+        results.append(result)
+    return results
 
 
 def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, done: Dict[str, dict],
@@ -126,11 +124,11 @@ def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, d
     rows = results_rows(steps, done)
     table = markdown_table(rows, {n: r.get("run") for n, r in done.items()})
     tested = significance(compare, steps, done)
-    if tested:
-        table += "\n\n" + "\n".join(significance_markdown(tested))
-        if tested["not_tested"]:
-            table += (f"\n\nNot tested (evaluated before hypotheses were kept): "
-                      f"{', '.join(tested['not_tested'])}.")
+    for result in tested:
+        table += "\n\n" + "\n".join(significance_markdown(result))
+    if tested and tested[0]["not_tested"]:
+        table += (f"\n\nNot tested (evaluated before hypotheses were kept): "
+                  f"{', '.join(tested[0]['not_tested'])}.")
     if not results_dir:
         return table
     os.makedirs(results_dir, exist_ok=True)

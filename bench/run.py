@@ -30,7 +30,7 @@ BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(BENCH))
 
 from fairseq_distill.cli.common import run_cli  # noqa: E402
-from bench.runner.execute import Runner, StepFailed  # noqa: E402
+from bench.runner.execute import Runner, StepFailed, stop_children_on_sigterm  # noqa: E402
 from bench.runner.plan import REPO  # noqa: E402
 from bench.runner.progress import tail  # noqa: E402
 
@@ -61,6 +61,7 @@ def main(argv=None):
         runner = Runner(args.config, workdir, args.results, args.only, reuse)
         runner.print_commands() if args.print_commands else runner.run()
 
+    stop_children_on_sigterm()
     try:
         run_cli("recipe", body)
     except StepFailed as e:

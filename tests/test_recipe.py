@@ -427,3 +427,36 @@ def test_compare_adds_paired_significance_against_each_baseline(tmp_path):
     assert f"| student-wordkd | {student['bleu']['score']:.2f}" in table
     assert "Paired bootstrap test against teacher (1000 samples, seed 12345)" in table
     assert "Paired bootstrap test against student-wordkd (1000 samples, seed 12345)" in table
+
+
+STOPPED_RUNNER = """
+import os, sys
+sys.path.insert(0, {repo!r})
+from bench.runner import execute
+# the tool: a child that says its pid, then works for a minute
+execute.runnable = lambda argv: [sys.executable, "-c",
+                                 "import os, time; print(os.getpid(), flush=True); time.sleep(60)"]
+execute.stop_children_on_sigterm()
+execute.run_tool(["fairseq-train"], "[1/1] step", {log!r})
+"""
+
+
+@pytest.mark.slow
+def test_a_terminated_runner_stops_the_tool_it_runs(tmp_path):
+    """``kill RUNNER`` (SIGTERM) must not leave its fairseq-train running on, unseen: an
+    orphaned training keeps the cores busy beside the next one, its log lost."""
+    import signal
+    import subprocess
+    import time
+
+    log = tmp_path / "step.log"
+    runner = subprocess.Popen([sys.executable, "-c", STOPPED_RUNNER.format(repo=REPO, log=str(log))])
+    deadline = time.time() + 60
+    while not re.search(r"^\d+$", log.read_text() if log.exists() else "", re.M):
+        assert runner.poll() is None and time.time() < deadline, "the tool never started"
+        time.sleep(0.1)
+    child = int(re.search(r"^(\d+)$", log.read_text(), re.M).group(1))
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=30) == 128 + signal.SIGTERM
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)  # gone, and reaped (a zombie would still answer)

@@ -9,6 +9,7 @@ output appended to the step's log file (``step.log`` in its directory).
 """
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -63,14 +64,36 @@ def run_tool(argv: List[str], label: str, log_path: str, on_line=None) -> None:
         log.flush()
         proc = subprocess.Popen(runnable(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 encoding="utf-8", errors="replace", env=env)
-        for line in proc.stdout:
-            log.write(line)
-            log.flush()
-            if on_line:
-                on_line(line)
-        code = proc.wait()
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                if on_line:
+                    on_line(line)
+            code = proc.wait()
+        except BaseException:
+            # stopped (Ctrl-C, or SIGTERM via stop_children_on_sigterm): without its reader a
+            # training would run on unseen, its log lines failing on the closed pipe
+            stop(proc)
+            raise
     if code != 0:
         raise StepFailed(label, argv, code, log_path)
+
+
+def stop(proc: subprocess.Popen, grace_seconds: float = 30) -> None:
+    """Terminate a tool and reap it; killed if it does not end within ``grace_seconds``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def stop_children_on_sigterm() -> None:
+    """Make SIGTERM (``kill RUNNER``) unwind like Ctrl-C, so that the running tool is stopped
+    too (Python's default for SIGTERM ends the process at once, leaving its child running)."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 class Runner:

@@ -104,13 +104,18 @@ def significance(compare: Optional[dict], steps, done: Dict[str, dict]) -> List[
     finished. Steps evaluated before hypotheses were recorded are listed."""
     trained = [s["name"] for s in steps if done.get(s["name"], {}).get("kind") == "train"]
     saved = [n for n in trained if done[n].get("hypotheses") and os.path.isfile(done[n]["hypotheses"])]
-    read = lambda path: read_lines(path, what="hypotheses")  # noqa: E731
+    hypotheses = {}  # read once, whatever the number of baselines
+
+    def read(name):
+        if name not in hypotheses:
+            hypotheses[name] = read_lines(done[name]["hypotheses"], what="hypotheses")
+        return hypotheses[name]
+
     results = []
     for base in compared_baselines(compare, steps):
         if base not in saved or len(saved) < 2 or not os.path.isfile(str(done[base].get("references"))):
             continue
-        result = paired_significance((base, read(done[base]["hypotheses"])),
-                                     [(n, read(done[n]["hypotheses"])) for n in saved if n != base],
+        result = paired_significance((base, read(base)), [(n, read(n)) for n in saved if n != base],
                                      read_lines(done[base]["references"], what="references"),
                                      compare.get("test", "bootstrap"))
         result["not_tested"] = [n for n in trained if n not in saved]

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(BENCH))
 from fairseq_distill.cli.common import run_cli  # noqa: E402
 from fairseq_distill.errors import DistillError  # noqa: E402
 from fairseq_distill.plotting import pyplot  # noqa: E402
-from bench.runner.results import markdown_table  # noqa: E402
+from bench.runner.results import recipe_markdown  # noqa: E402
 
 
 def recipe_results(results_dir):
@@ -41,7 +41,7 @@ def recipe_results(results_dir):
 
 def recipe_table(meta) -> str:
     """A recipe's table as the runner wrote it, from its results file alone."""
-    return markdown_table(meta["rows"], {r["name"]: r.get("run") for r in meta["rows"] + meta.get("seqkd", [])})
+    return recipe_markdown(meta)
 
 
 def recipe_rows(results_dir):
@@ -150,7 +150,7 @@ def report(results_dir, out_dir):
     plot(rows, os.path.join(out_dir, "summary.png"), caption)
     table = summary_table(rows)
     sections = [f"## {name}\n\n`{meta['config']}`, beam {meta['rows'][0]['beam'] if meta['rows'] else '-'}; "
-                f"as in `{name}.md`.\n\n{recipe_table(meta)}\n"
+                f"as in `{name}.md`.\n\n{recipe_table(meta)}"
                 for name, meta in recipe_results(results_dir).items()]
     with open(os.path.join(out_dir, "summary.md"), "w") as f:
         f.write(f"# Summary: every teacher and student\n\nRendered by `bench/report.py` from the results "

@@ -123,17 +123,24 @@ def significance(compare: Optional[dict], steps, done: Dict[str, dict]) -> List[
     return results
 
 
-def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, done: Dict[str, dict],
-                  compare: Optional[dict] = None) -> str:
-    """Write ``<name>.json`` and ``<name>.md`` into ``results_dir`` (if given); returns the table."""
-    rows = results_rows(steps, done)
-    table = markdown_table(rows, {n: r.get("run") for n, r in done.items()})
-    tested = significance(compare, steps, done)
+def results_markdown(rows, runs: Dict[str, str], tested) -> str:
+    """A recipe's rows table followed by one paired-test table per compared baseline: what
+    ``<recipe>.md`` holds below its caption, and all ``bench/report.py`` needs from the JSON."""
+    table = markdown_table(rows, runs)
     for result in tested:
         table += "\n\n" + "\n".join(significance_markdown(result))
     if tested and tested[0]["not_tested"]:
         table += (f"\n\nNot tested (evaluated before hypotheses were kept): "
                   f"{', '.join(tested[0]['not_tested'])}.")
+    return table
+
+
+def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, done: Dict[str, dict],
+                  compare: Optional[dict] = None) -> str:
+    """Write ``<name>.json`` and ``<name>.md`` into ``results_dir`` (if given); returns the table."""
+    rows = results_rows(steps, done)
+    tested = significance(compare, steps, done)
+    table = results_markdown(rows, {n: r.get("run") for n, r in done.items()}, tested)
     if not results_dir:
         return table
     os.makedirs(results_dir, exist_ok=True)
@@ -154,12 +161,20 @@ def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, d
                 f"detokenised output); beam {rows[0]['beam'] if rows else '-'}; "
                 f"{meta['machine']['device']}, {meta['machine']['cpu_threads']} threads; each run's "
                 f"{CHECKPOINT_MEANING[evaluated_checkpoint]} is evaluated.\n\n")
-        f.write(table + "\n")
-        if meta["seqkd"]:
-            f.write("\n" + seqkd_table(meta["seqkd"]) + "\n")
-        if meta["caches"]:
-            f.write("\n" + cache_table(meta["caches"]) + "\n")
+        f.write(recipe_markdown(meta))
     return table
+
+
+def recipe_markdown(meta) -> str:
+    """What ``<recipe>.md`` holds below its caption, rendered from its results JSON alone: the
+    rows, one paired-test table per compared baseline, then the seq-KD data and teacher caches."""
+    runs = {r["name"]: r.get("run") for r in meta["rows"] + meta.get("seqkd", []) + meta.get("caches", [])}
+    text = results_markdown(meta["rows"], runs, meta.get("significance", [])) + "\n"
+    if meta.get("seqkd"):
+        text += "\n" + seqkd_table(meta["seqkd"]) + "\n"
+    if meta.get("caches"):
+        text += "\n" + cache_table(meta["caches"]) + "\n"
+    return text
 
 
 def seqkd_table(datasets) -> str:

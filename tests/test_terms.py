@@ -50,14 +50,14 @@ def test_presets_are_the_distill_criterion_with_fixed_terms():
 
 
 def test_the_task_tells_the_criterion_fairseqs_epoch_and_update():
-    _, task, _, crit, trainer = build_trainer(DATA, *DISTILL, criterion="a2d")
+    _, task, _, crit, trainer = build_trainer(DATA, *DISTILL, "--a2d-weight", "2.0", criterion="a2d")
     task.begin_epoch(3, trainer.get_model())
     sample = first_batch(task)
     trainer.train_step([sample])
     trainer.train_step([sample])
     attention = crit.terms["attn"]
     assert (attention.epoch, attention.num_updates) == (3, 1)  # update numbers count from 0
-    assert attention.current_weight() == pytest.approx(1.0 * 0.9 ** 2)
+    assert attention.current_weight() == pytest.approx(2.0 * 0.9 ** 2)
 
 
 @pytest.mark.parametrize("terms,message", [

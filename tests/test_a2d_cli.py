@@ -29,7 +29,8 @@ def train(data, teacher, save, *extra):
 
 def test_a2d_train_resume_schedule_export_generate_heatmap(tiny_data, deep_teacher, tmp_path):
     save = str(tmp_path / "ckpt")
-    out = train(tiny_data, deep_teacher, save, "--max-epoch", "2")
+    # β named (the default is 0.01) so that the logged schedule reads plainly: β·0.9^(epoch − 1)
+    out = train(tiny_data, deep_teacher, save, "--max-epoch", "2", "--a2d-weight", "1.0")
     summaries = epoch_summaries(out)
     assert set(summaries) == {1, 2}
     for key in ("attn_loss", "kd_loss", "ce_loss"):
@@ -52,7 +53,7 @@ def test_a2d_train_resume_schedule_export_generate_heatmap(tiny_data, deep_teach
         assert torch.equal(crit.state_dict()[key], value), key
 
     # a resumed run continues the schedule from fairseq's epoch counter: 0.9² in epoch 3
-    out = train(tiny_data, deep_teacher, save, "--max-epoch", "3")
+    out = train(tiny_data, deep_teacher, save, "--max-epoch", "3", "--a2d-weight", "1.0")
     assert "Loaded checkpoint" in out
     summaries = epoch_summaries(out)
     assert set(summaries) == {3}

@@ -184,12 +184,20 @@ def test_committed_results_tables_are_rendered_from_their_json(tmp_path):
     one bench/report.py writes from the committed results (re-run it after new results)."""
     sys.path.insert(0, REPO)
     from bench.report import recipe_results, recipe_table
+    from bench.runner.results import recipe_caption
 
     committed = recipe_results(os.path.join(REPO, "bench", "results"))
     assert set(committed) >= {"foundation", "layer_kd", "a2d", "gpkd", "flexible_depth"}
+    whole = 0
     for name, meta in committed.items():
         table = recipe_table(meta)
-        assert open(os.path.join(REPO, "bench", "results", f"{name}.md")).read().endswith(table), name
+        text = open(os.path.join(REPO, "bench", "results", f"{name}.md")).read()
+        assert text.endswith(table), name
+        checkpoints = {r.get("evaluated_checkpoint") for r in meta["rows"]}
+        if len(checkpoints) == 1 and None not in checkpoints:  # rows that record what was evaluated
+            assert text == recipe_caption(meta, checkpoints.pop()) + table, name
+            whole += 1
+    assert whole >= 4
     run([sys.executable, os.path.join(REPO, "bench", "report.py"), "--results",
          os.path.join(REPO, "bench", "results"), "--out", str(tmp_path)])
     assert open(tmp_path / "summary.md").read() == open(os.path.join(REPO, "bench", "results", "summary.md")).read()

@@ -157,12 +157,29 @@ def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, d
     with open(os.path.join(results_dir, f"{name}.json"), "w") as f:
         json.dump(meta, f, indent=2)
     with open(os.path.join(results_dir, f"{name}.md"), "w") as f:
-        f.write(f"# {name}\n\nConfig: `{meta['config']}`; test set: test (sacreBLEU on "
-                f"detokenised output); beam {rows[0]['beam'] if rows else '-'}; "
-                f"{meta['machine']['device']}, {meta['machine']['cpu_threads']} threads; each run's "
-                f"{CHECKPOINT_MEANING[evaluated_checkpoint]} is evaluated.\n\n")
-        f.write(recipe_markdown(meta))
+        f.write(recipe_caption(meta, evaluated_checkpoint) + recipe_markdown(meta))
     return table
+
+
+def decoding_settings(rows) -> str:
+    """The settings of the test-set decoding that change the score, as the rows record them."""
+    settings = {(r.get("beam"), r.get("lenpen"), r.get("max_len_a"), r.get("max_len_b")) for r in rows}
+    if not settings:
+        return "no rows"
+    if len(settings) > 1:
+        return "decoding settings differ between rows (beam, lenpen, max_len_a/b in the JSON)"
+    beam, lenpen, a, b = settings.pop()
+    if lenpen is None:
+        return f"beam {beam} (length penalty and length limit not recorded: evaluated before they were)"
+    return f"beam {beam}, length penalty {lenpen}, length limit {a}·source + {b} tokens"
+
+
+def recipe_caption(meta, evaluated_checkpoint: str) -> str:
+    """The head of ``<recipe>.md``: what was evaluated, how it was decoded, on what."""
+    return (f"# {meta['recipe']}\n\nConfig: `{meta['config']}`; test set: test (sacreBLEU on "
+            f"detokenised output); {decoding_settings(meta['rows'])}; "
+            f"{meta['machine']['device']}, {meta['machine']['cpu_threads']} threads; each run's "
+            f"{CHECKPOINT_MEANING[evaluated_checkpoint]} is evaluated.\n\n")
 
 
 def recipe_markdown(meta) -> str:

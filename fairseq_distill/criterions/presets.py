@@ -5,8 +5,8 @@ with fixed terms and the papers' defaults (see :mod:`fairseq_distill.criterions.
 * ``pkd``, ``ckd``, ``alp_kd``: ``β·CE_ls + η·word-KD + λ·layer loss``, β = 1 − η − λ unless
   ``--ce-weight`` is given; η = 0.1, λ = 0.7 as in Wu et al. (2020). The layer loss and layer
   map default to each paper's form (:mod:`fairseq_distill.terms.layer`).
-* ``a2d``: ``(1 − α)·CE_ls + α·word-KD + β·decay^(epoch − 1)·attention KL`` (α = 0.5, β = 1,
-  decay 0.9, as in Jin et al. 2024).
+* ``a2d``: ``(1 − α)·CE_ls + α·word-KD + β·decay^(epoch − 1)·attention KL`` (α = 0.5 and
+  decay 0.9 as in Jin et al. 2024; β = 0.01, where the paper has 1 for a 6-layer teacher).
 
 Their option names and checkpoints are those of fairseq_distill 0.1. Two defaults have changed
 since, to the papers' forms: ``pkd`` sums the squared difference over the hidden dimension

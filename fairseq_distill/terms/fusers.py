@@ -14,14 +14,17 @@ from fairseq_distill.losses import alp_attention, alp_fuse, masked_mse, mean_poo
 logger = logging.getLogger(__name__)
 
 
-def warn_if_collapsible(normalize: str):
-    """A learned map of the teacher's states, compared with the student's by plain MSE, can
-    shrink both sides towards a constant: the loss goes to zero and the student unlearns."""
-    if normalize == "none":
-        logger.warning(
-            "a learned projection of the teacher's states compared by unnormalised MSE lets both sides "
-            "shrink towards a constant, so the layer loss can vanish while the student unlearns; "
-            "--layer-normalize l2 (or, for ckd, --ckd-project student or --ckd-form released) avoids that")
+def warn_teacher_side_projection():
+    """A learned map of the teacher's states makes the target movable: the map and the student
+    can settle on one constant vector (with unit-normalised states, one shared direction, so
+    normalising does not prevent it), the layer loss vanishes and the student unlearns. A map
+    of the student's state keeps the teacher's own states as a fixed target."""
+    logger.warning(
+        "the teacher's states go through a learned projection (the widths differ): the projection "
+        "and the student can collapse onto one vector or direction, unit-normalised or not, so the "
+        "layer loss vanishes while the student unlearns; a student-side projection keeps the "
+        "teacher's states as a fixed target: for ckd --ckd-project student or --ckd-form released, "
+        "for pkd --criterion ckd --layer-map skip --ckd-form released (PKD's loss and map)")
 
 
 class CombinationFuser(nn.Module):
@@ -38,7 +41,7 @@ class CombinationFuser(nn.Module):
                 maps.append(nn.Identity())
             elif project == "teacher":
                 maps.append(nn.Linear(fused_dim, student_dim))
-                warn_if_collapsible(normalize)
+                warn_teacher_side_projection()
             else:
                 maps.append(nn.Linear(student_dim, fused_dim))
         self.maps = nn.ModuleList(maps)
@@ -63,7 +66,7 @@ class AttentionFuser(nn.Module):
         self.reduction = reduction
         self.project = nn.Identity() if student_dim == teacher_dim else nn.Linear(teacher_dim, student_dim)
         if student_dim != teacher_dim:
-            warn_if_collapsible(normalize)
+            warn_teacher_side_projection()
         self.last_alpha = {}  # pair index -> K x L x B weights of the last forward (for analysis)
 
     def forward(self, index, student_state, teacher_states, mask):

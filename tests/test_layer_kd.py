@@ -10,6 +10,7 @@ from fairseq_distill.features import FeatureRequest, Features, run_with_features
 from fairseq_distill.losses import masked_mse
 from fairseq_distill.terms.base import TermContext
 from fairseq_distill.terms.layer import LayerKDTerm
+from fairseq_distill.errors import DistillError
 
 # 3 positions x 2 sentences x d=4; sentence 2 is padded at position 3
 S = [[[1.0, 0.0, 2.0, -1.0], [0.5, 0.5, 0.5, 0.5]],
@@ -147,6 +148,36 @@ def test_alp_by_hand(score, reduction):
     assert alpha.shape == (2, 3, 2) and torch.allclose(alpha.sum(0), torch.ones(3, 2))
 
 
+def test_alp_student_side_projection_by_hand():
+    """--layer-project student: the student's state mapped to the teacher width (2 -> 4, a
+    known map), attention and MSE in the teacher width; the teacher's states are untouched."""
+    student = [[[s[0] - s[2], s[1] + s[3]] for s in row] for row in S]  # L x B x 2
+    fuser = AttentionFuser(2, 4, score="dot", side="student")
+    with torch.no_grad():  # P [x, y] = [x, y, 2x, -y] + [0.5, 0, 0, 0]
+        fuser.project.weight.copy_(torch.tensor([[1.0, 0], [0, 1], [2, 0], [0, -1]]))
+        fuser.project.bias.copy_(torch.tensor([0.5, 0, 0, 0]))
+    projected = [[[x + 0.5, y, 2 * x, -y] for x, y in row] for row in student]
+    fused = [[None, None] for _ in range(3)]
+    for p in range(3):
+        for b in range(2):
+            u = projected[p][b]
+            d1, d2 = (sum(x * y for x, y in zip(u, t[p][b])) for t in (T1, T2))
+            m = max(d1, d2)
+            a1, a2 = math.exp(d1 - m), math.exp(d2 - m)
+            a1, a2 = a1 / (a1 + a2), a2 / (a1 + a2)
+            fused[p][b] = [a1 * x + a2 * y for x, y in zip(T1[p][b], T2[p][b])]
+    got = fuser(0, torch.tensor(student), [torch.tensor(T1), torch.tensor(T2)], torch.tensor(MASK))
+    assert got.item() == pytest.approx(mse_by_hand(projected, fused, MASK), rel=1e-5)
+
+
+def test_layer_project_and_ckd_project_must_agree():
+    with pytest.raises(DistillError, match="--layer-project student and --ckd-project teacher disagree"):
+        LayerKDTerm("ckd", 0.7, layer_context(student_dim=4, teacher_dim=8), layer_project="student",
+                    ckd_project="teacher")
+    with pytest.raises(DistillError, match="unknown --layer-project 'sideways'; valid: teacher, student"):
+        LayerKDTerm("pkd", 0.7, layer_context(student_dim=4, teacher_dim=8), layer_project="sideways")
+
+
 def test_alp_sentence_granularity_by_hand():
     def pool(x, b):
         rows = [x[p][b] for p in range(3) if MASK[b][p]]
@@ -181,14 +212,18 @@ def layer_context(teacher_layers=6, student_layers=2, student_dim=4, teacher_dim
     ("ckd", {"ckd_form": "released"}, ("l2", "sum", "student")),  # the CKD authors' code
     ("ckd", {"ckd_form": "released", "normalize": "none", "reduction": "mean"}, ("none", "mean", "student")),
     ("ckd", {"ckd_project": "student"}, ("none", "mean", "student")),
-    ("pkd", {"reduction": "mean", "ckd_project": "student"}, ("l2", "mean", "teacher")),
-    ("alp_kd", {}, ("none", "mean", None)),                      # ALP-KD Eq. 7
-    ("alp_kd", {"normalize": "l2", "reduction": "sum"}, ("l2", "sum", None)),
+    ("pkd", {"reduction": "mean", "ckd_project": "student"}, ("l2", "mean", "teacher")),  # ckd's name only
+    ("pkd", {"layer_project": "student"}, ("l2", "sum", "student")),
+    ("ckd", {"layer_project": "student"}, ("none", "mean", "student")),
+    ("ckd", {"ckd_form": "released", "layer_project": "teacher"}, ("l2", "sum", "teacher")),
+    ("alp_kd", {}, ("none", "mean", "teacher")),                  # ALP-KD Eq. 7
+    ("alp_kd", {"normalize": "l2", "reduction": "sum"}, ("l2", "sum", "teacher")),
+    ("alp_kd", {"layer_project": "student"}, ("none", "mean", "student")),
 ])
 def test_each_method_defaults_to_its_paper_form(method, options, expected):
     term = LayerKDTerm(method, 0.7, layer_context(student_dim=4, teacher_dim=8), **options)
     fuser = term.fusers["encoder"]
-    project = fuser.project if isinstance(fuser, CombinationFuser) else None
+    project = fuser.project if isinstance(fuser, CombinationFuser) else fuser.side
     assert (term.normalize, term.reduction, project) == expected
     assert (fuser.normalize, fuser.reduction) == expected[:2]
 

@@ -61,6 +61,7 @@ def test_attention_kd_in_fp32_from_half_maps(dtype):
     lambda: CombinationFuser([(1, 2)], 8, 6, "student", "none"),
     lambda: CombinationFuser([(1, 2)], 8, 6, "student", "l2", "sum"),  # --ckd-form released
     lambda: AttentionFuser(8, 6, "scaled_dot", normalize="l2"),
+    lambda: AttentionFuser(8, 6, "dot", side="student"),  # --layer-project student
 ])
 def test_fusers_run_in_the_training_dtype(dtype, make):
     """fairseq's fp16/bf16 optimizers cast the criterion's projections to the training dtype;

@@ -63,6 +63,15 @@ class LayerKDOptions:
     kd_include_embedding: bool = field(
         default=False, metadata={"help": "also match the embedding outputs (layer 0)"}
     )
+    layer_project: Optional[ChoiceEnum(["teacher", "student"])] = field(
+        default=None,
+        metadata={"help": "which side a learned linear map brings to the other's width when they "
+                  "differ: teacher (the teacher's states mapped to the student width; map and "
+                  "student can collapse onto one vector) or student (the student's state mapped to "
+                  "the teacher width; the teacher's states stay a fixed target). Default: teacher "
+                  "for pkd and alp_kd, that of --ckd-form for ckd (where --ckd-project is the same "
+                  "option)"},
+    )
 
 
 @dataclass

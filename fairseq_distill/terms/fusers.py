@@ -23,8 +23,8 @@ def warn_teacher_side_projection():
         "the teacher's states go through a learned projection (the widths differ): the projection "
         "and the student can collapse onto one vector or direction, unit-normalised or not, so the "
         "layer loss vanishes while the student unlearns; a student-side projection keeps the "
-        "teacher's states as a fixed target: for ckd --ckd-project student or --ckd-form released, "
-        "for pkd --criterion ckd --layer-map skip --ckd-form released (PKD's loss and map)")
+        "teacher's states as a fixed target: --layer-project student (for ckd also "
+        "--ckd-form released)")
 
 
 class CombinationFuser(nn.Module):
@@ -60,17 +60,28 @@ class AttentionFuser(nn.Module):
     """ALP-KD: attention over the group's teacher layers, per position or per sentence."""
 
     def __init__(self, student_dim, teacher_dim, score="dot", granularity="token", normalize="none",
-                 reduction="mean"):
+                 reduction="mean", side="teacher"):
+        """``side``: which states the learned map brings to the other's width when the widths
+        differ (``teacher``: the teacher's, attention and loss in the student width;
+        ``student``: the student's, attention and loss in the teacher width)."""
         super().__init__()
         self.score, self.granularity, self.normalize = score, granularity, normalize
-        self.reduction = reduction
-        self.project = nn.Identity() if student_dim == teacher_dim else nn.Linear(teacher_dim, student_dim)
-        if student_dim != teacher_dim:
+        self.reduction, self.side = reduction, side
+        if student_dim == teacher_dim:
+            self.project = nn.Identity()
+        elif side == "student":
+            self.project = nn.Linear(student_dim, teacher_dim)
+        else:
+            self.project = nn.Linear(teacher_dim, student_dim)
             warn_teacher_side_projection()
         self.last_alpha = {}  # pair index -> K x L x B weights of the last forward (for analysis)
 
     def forward(self, index, student_state, teacher_states, mask):
-        teachers = self.project(torch.stack(teacher_states, dim=0).to(student_state.dtype))  # K x L x B x C
+        teachers = torch.stack(teacher_states, dim=0).to(student_state.dtype)  # K x L x B x C_t
+        if self.side == "student":
+            student_state = self.project(student_state)
+        else:
+            teachers = self.project(teachers)
         if self.granularity == "sentence":
             student_state = mean_pool(student_state, mask)
             teachers = torch.stack([mean_pool(t, mask) for t in teachers], dim=0)

@@ -12,8 +12,7 @@ variants are named options, and an option given explicitly wins over the default
 
 * ``pkd``: student layer j ← one teacher layer (evenly spaced ``skip`` map), PKD's Eq. 3:
   the squared L2 distance (sum over d) of unit-normalised states (``l2``, ``sum``). PKD
-  compares BERT's [CLS] state; here every real position is compared. A learned projection
-  of the teacher state bridges different widths (the paper's widths are equal).
+  compares BERT's [CLS] state; here every real position is compared.
 * ``ckd``: student layer j ← a group of teacher layers (``--ckd-combination`` presets, rc by
   default, or ``--layer-map``). ``--ckd-form paper`` (default), CKD's Eq. 3: the group's
   concatenated teacher states fused to the student width by a learned linear map, compared
@@ -26,6 +25,12 @@ variants are named options, and an option given explicitly wins over the default
   Default map ``alp``: every teacher layer (Eq. 6) for every student layer except the last,
   which gets no layer loss, as in the paper's experiments; ``--layer-map all`` includes the
   last student layer.
+
+The PKD and ALP-KD papers' students keep their teacher's width; where the widths differ a
+learned linear map bridges them, on the side ``--layer-project`` names: ``teacher`` (the
+default but for ``--ckd-form released``) maps the teacher's states to the student width,
+which lets map and student collapse onto one vector or direction; ``student`` maps the
+student's state to the teacher width and keeps the teacher's states a fixed target.
 
 Layer l's state is the output of layer l before any final layer norm; the embedding output
 (index 0) joins only with ``--kd-include-embedding``. Source positions count for the
@@ -54,7 +59,7 @@ SIDES = {"encoder": ("encoder",), "decoder": ("decoder",), "both": ("encoder", "
 METHODS = {
     "pkd": {"map": "skip", "normalize": "l2", "reduction": "sum", "project": "teacher"},
     "ckd": {"map": "rc", "normalize": "none", "reduction": "mean", "project": "teacher"},
-    "alp_kd": {"map": "alp", "normalize": "none", "reduction": "mean"},
+    "alp_kd": {"map": "alp", "normalize": "none", "reduction": "mean", "project": "teacher"},
 }
 # --ckd-form: what each form changes in the ckd entry above
 CKD_FORMS = {
@@ -72,9 +77,9 @@ class LayerKDTerm(DistillationTerm):
                  layer_map: str = "", decoder_layer_map: str = "", normalize: str = "",
                  include_embedding: bool = False, ckd_combination: str = "rc",
                  ckd_project: str = "", alp_score: str = "dot", alp_granularity: str = "token",
-                 reduction: str = "", ckd_form: str = "paper"):
-        """Empty ``normalize``, ``reduction``, ``ckd_project``: the method's own (for ckd, that
-        of ``ckd_form``)."""
+                 reduction: str = "", ckd_form: str = "paper", layer_project: str = ""):
+        """Empty ``normalize``, ``reduction``, ``layer_project``: the method's own (for ckd, that
+        of ``ckd_form``); ``ckd_project`` is ckd's name for ``layer_project``."""
         if method not in METHODS:
             raise DistillError(f"unknown layer-KD method '{method}'; valid: {', '.join(METHODS)}")
         if ckd_form not in CKD_FORMS:
@@ -88,12 +93,17 @@ class LayerKDTerm(DistillationTerm):
         self.reduction = reduction or defaults["reduction"]
         if self.reduction not in MSE_REDUCTIONS:
             raise DistillError(f"unknown --layer-mse-reduction '{self.reduction}'; valid: {', '.join(MSE_REDUCTIONS)}")
-        # pkd compares one teacher layer with its student layer as the paper does: the teacher
-        # side is mapped if widths differ, whatever --ckd-project says
-        ckd_project = (ckd_project if method == "ckd" else "") or defaults.get("project", "teacher")
+        # --ckd-project is ckd's own name for --layer-project; other methods ignore it
+        ckd_project = ckd_project if method == "ckd" else ""
+        if layer_project and ckd_project and layer_project != ckd_project:
+            raise DistillError(f"--layer-project {layer_project} and --ckd-project {ckd_project} disagree; "
+                               f"give one of them")
+        project = layer_project or ckd_project or defaults["project"]
+        if project not in ("teacher", "student"):
+            raise DistillError(f"unknown --layer-project '{project}'; valid: teacher, student")
         logger.info(f"{method} layer loss: {'unit-normalised' if self.normalize == 'l2' else 'raw'} states, "
                     f"squared difference {'summed' if self.reduction == 'sum' else 'averaged'} over the "
-                    f"hidden dimension" + (f", {ckd_project}-side projection" if method == "ckd" else ""))
+                    f"hidden dimension, {project}-side projection where the widths differ")
         self.source_pad, self.target_pad = context.source_pad, context.target_pad
         context.single_teacher(method)
         student_shape, teacher_shape = context.student_layout(method), context.teacher_shape
@@ -119,7 +129,7 @@ class LayerKDTerm(DistillationTerm):
             groups = [g for _, g in pairs]
             if method == "alp_kd":
                 fusers[s] = AttentionFuser(s_dim, t_dim, alp_score, alp_granularity, self.normalize,
-                                           self.reduction)
+                                           self.reduction, project)
             else:
                 if method == "pkd":
                     wide = [g for g in groups if len(g) > 1]
@@ -127,7 +137,7 @@ class LayerKDTerm(DistillationTerm):
                         raise DistillError(
                             f"pkd matches each student layer to one teacher layer; the map has group "
                             f"{{{','.join(map(str, wide[0]))}}}: use ckd for groups")
-                fusers[s] = CombinationFuser(groups, s_dim, t_dim, ckd_project, self.normalize, self.reduction)
+                fusers[s] = CombinationFuser(groups, s_dim, t_dim, project, self.normalize, self.reduction)
         self.fusers = nn.ModuleDict(fusers)
 
     @classmethod
@@ -141,7 +151,8 @@ class LayerKDTerm(DistillationTerm):
                    alp_granularity=str(getattr(cfg, "alp_granularity", "token")),
                    # absent from the stored options of checkpoints written before they existed
                    reduction=str(getattr(cfg, "layer_mse_reduction", None) or ""),
-                   ckd_form=str(getattr(cfg, "ckd_form", None) or "paper"))
+                   ckd_form=str(getattr(cfg, "ckd_form", None) or "paper"),
+                   layer_project=str(getattr(cfg, "layer_project", None) or ""))
 
     @property
     def request(self) -> FeatureRequest:

@@ -465,11 +465,13 @@ def test_a_terminated_runner_stops_the_tool_it_runs(tmp_path):
 def test_results_caption_names_the_decoding_settings_that_change_the_score():
     from bench.runner.results import decoding_settings, recipe_caption
 
-    row = {"beam": 5, "lenpen": 0.6, "max_len_a": 1.2, "max_len_b": 10}
+    row = {"name": "a", "beam": 5, "lenpen": 0.6, "max_len_a": 1.2, "max_len_b": 10}
     meta = {"recipe": "r", "config": "configs/r.yaml", "machine": {"device": "cpu", "cpu_threads": 2},
             "rows": [row, dict(row)]}
     caption = recipe_caption(meta, "best")
     assert "beam 5, length penalty 0.6, length limit 1.2·source + 10 tokens; cpu, 2 threads" in caption
     assert "checkpoint_best.pt" in caption
-    assert "differ between rows" in decoding_settings([row, {**row, "lenpen": 1.0}])
-    assert "not recorded" in decoding_settings([{"beam": 4}])
+    assert "differ between rows" in decoding_settings([row, {**row, "name": "b", "lenpen": 1.0}])
+    assert decoding_settings([{"name": "old", "beam": 4}]).startswith("beam 4 (length penalty and length limit not recorded")
+    mixed = decoding_settings([{**row, "name": "new"}, {"name": "old", "beam": 5}])
+    assert mixed == "beam 5, length penalty 0.6, length limit 1.2·source + 10 tokens (not recorded for old: evaluated before they were)"

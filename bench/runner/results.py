@@ -162,16 +162,22 @@ def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, d
 
 
 def decoding_settings(rows) -> str:
-    """The settings of the test-set decoding that change the score, as the rows record them."""
-    settings = {(r.get("beam"), r.get("lenpen"), r.get("max_len_a"), r.get("max_len_b")) for r in rows}
-    if not settings:
-        return "no rows"
+    """The settings of the test-set decoding that change the score, as the rows record them
+    (rows evaluated before the length settings were recorded are named)."""
+    recorded = [r for r in rows if r.get("lenpen") is not None]
+    unrecorded = [r["name"] for r in rows if r.get("lenpen") is None]
+    settings = {(r.get("beam"), r.get("lenpen"), r.get("max_len_a"), r.get("max_len_b")) for r in recorded}
     if len(settings) > 1:
-        return "decoding settings differ between rows (beam, lenpen, max_len_a/b in the JSON)"
-    beam, lenpen, a, b = settings.pop()
-    if lenpen is None:
-        return f"beam {beam} (length penalty and length limit not recorded: evaluated before they were)"
-    return f"beam {beam}, length penalty {lenpen}, length limit {a}·source + {b} tokens"
+        text = "decoding settings differ between rows (beam, lenpen, max_len_a/b in the JSON)"
+    elif settings:
+        beam, lenpen, a, b = settings.pop()
+        text = f"beam {beam}, length penalty {lenpen}, length limit {a}·source + {b} tokens"
+    else:
+        beams = sorted({str(r.get("beam")) for r in rows})
+        return f"beam {'/'.join(beams) or '-'} (length penalty and length limit not recorded: evaluated before they were)"
+    if unrecorded:
+        text += f" (not recorded for {', '.join(unrecorded)}: evaluated before they were)"
+    return text
 
 
 def recipe_caption(meta, evaluated_checkpoint: str) -> str:

@@ -39,11 +39,6 @@ def recipe_results(results_dir):
     return found
 
 
-def recipe_table(meta) -> str:
-    """A recipe's table as the runner wrote it, from its results file alone."""
-    return recipe_markdown(meta)
-
-
 def recipe_rows(results_dir):
     """One entry per distinct training run across the recipes' results files."""
     merged = {}
@@ -150,7 +145,7 @@ def report(results_dir, out_dir):
     plot(rows, os.path.join(out_dir, "summary.png"), caption)
     table = summary_table(rows)
     sections = [f"## {name}\n\n`{meta['config']}`, beam {meta['rows'][0]['beam'] if meta['rows'] else '-'}; "
-                f"as in `{name}.md`.\n\n{recipe_table(meta)}"
+                f"as in `{name}.md`.\n\n{recipe_markdown(meta)}"
                 for name, meta in recipe_results(results_dir).items()]
     with open(os.path.join(out_dir, "summary.md"), "w") as f:
         f.write(f"# Summary: every teacher and student\n\nRendered by `bench/report.py` from the results "

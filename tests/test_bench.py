@@ -183,14 +183,14 @@ def test_committed_results_tables_are_rendered_from_their_json(tmp_path):
     """Each committed recipe table is the one its JSON renders, and the committed summary is the
     one bench/report.py writes from the committed results (re-run it after new results)."""
     sys.path.insert(0, REPO)
-    from bench.report import recipe_results, recipe_table
-    from bench.runner.results import recipe_caption
+    from bench.report import recipe_results
+    from bench.runner.results import recipe_caption, recipe_markdown
 
     committed = recipe_results(os.path.join(REPO, "bench", "results"))
     assert set(committed) >= {"foundation", "layer_kd", "a2d", "gpkd", "flexible_depth"}
     whole = 0
     for name, meta in committed.items():
-        table = recipe_table(meta)
+        table = recipe_markdown(meta)
         text = open(os.path.join(REPO, "bench", "results", f"{name}.md")).read()
         assert text.endswith(table), name
         checkpoints = {r.get("evaluated_checkpoint") for r in meta["rows"]}

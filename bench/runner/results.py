@@ -138,22 +138,21 @@ def results_markdown(rows, runs: Dict[str, str], tested) -> str:
 def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, done: Dict[str, dict],
                   compare: Optional[dict] = None) -> str:
     """Write ``<name>.json`` and ``<name>.md`` into ``results_dir`` (if given); returns the table."""
-    rows = results_rows(steps, done)
     tested = significance(compare, steps, done)
-    table = results_markdown(rows, {n: r.get("run") for n, r in done.items()}, tested)
-    if not results_dir:
-        return table
-    os.makedirs(results_dir, exist_ok=True)
     meta = {"recipe": name, "config": os.path.relpath(config_path, REPO),
             "machine": {"cpu_threads": torch.get_num_threads(),
                         "device": "cuda" if torch.cuda.is_available() else "cpu",
                         "torch": torch.__version__},
-            "rows": rows,
+            "rows": results_rows(steps, done),
             **({"significance": tested} if tested else {}),
             "seqkd": [{k: v for k, v in r.items() if k not in RECORD_ONLY}
                       for r in done.values() if r["kind"] == "seqkd"],
             "caches": [{k: v for k, v in r.items() if k not in RECORD_ONLY}
                        for r in done.values() if r["kind"] == "cache"]}
+    table = results_markdown(meta["rows"], recorded_runs(meta), tested)
+    if not results_dir:
+        return table
+    os.makedirs(results_dir, exist_ok=True)
     with open(os.path.join(results_dir, f"{name}.json"), "w") as f:
         json.dump(meta, f, indent=2)
     with open(os.path.join(results_dir, f"{name}.md"), "w") as f:
@@ -188,11 +187,15 @@ def recipe_caption(meta, evaluated_checkpoint: str) -> str:
             f"{CHECKPOINT_MEANING[evaluated_checkpoint]} is evaluated.\n\n")
 
 
+def recorded_runs(meta) -> Dict[str, str]:
+    """Step name -> run fingerprint of every finished step a results file records."""
+    return {r["name"]: r.get("run") for r in meta["rows"] + meta.get("seqkd", []) + meta.get("caches", [])}
+
+
 def recipe_markdown(meta) -> str:
     """What ``<recipe>.md`` holds below its caption, rendered from its results JSON alone: the
     rows, one paired-test table per compared baseline, then the seq-KD data and teacher caches."""
-    runs = {r["name"]: r.get("run") for r in meta["rows"] + meta.get("seqkd", []) + meta.get("caches", [])}
-    text = results_markdown(meta["rows"], runs, meta.get("significance", [])) + "\n"
+    text = results_markdown(meta["rows"], recorded_runs(meta), meta.get("significance", [])) + "\n"
     if meta.get("seqkd"):
         text += "\n" + seqkd_table(meta["seqkd"]) + "\n"
     if meta.get("caches"):

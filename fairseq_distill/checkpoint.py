@@ -22,7 +22,7 @@ import os
 from typing import Optional
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from fairseq_distill import compat
 from fairseq_distill.errors import DistillError
@@ -130,4 +130,30 @@ def load_training_checkpoint(path: str, criterion: str) -> dict:
     trained_with = state["cfg"].criterion._name
     if trained_with != criterion:
         raise DistillError(f"{path} was trained with criterion '{trained_with}', not {criterion}")
+    if not state["cfg"].criterion.get("layer_project"):
+        side = stored_layer_project(state)
+        if side:
+            with open_dict(state["cfg"]):
+                state["cfg"].criterion.layer_project = side
     return state
+
+
+def stored_layer_project(state) -> Optional[str]:
+    """The side a layer-KD run's learned maps project (``teacher`` or ``student``), read from
+    their weights: a run that took its method's default stored no ``--layer-project``, and
+    pkd's and alp_kd's default changed from the teacher's side to the student's, so the
+    options alone no longer rebuild such a criterion. None where no map says (no layer
+    term, or a square map)."""
+    model = state["cfg"].model
+    for key, value in state["criterion"].items():
+        parts = key.split(".")
+        if "fusers" not in parts or not key.endswith(".weight") or value.dim() != 2:
+            continue
+        side = parts[parts.index("fusers") + 1]  # encoder or decoder
+        student_dim = getattr(model, f"{side}_embed_dim")
+        out_dim, in_dim = value.shape
+        if out_dim == student_dim and in_dim != student_dim:
+            return "teacher"  # teacher states in, the student's width out
+        if in_dim == student_dim and out_dim != student_dim:
+            return "student"
+    return None

@@ -5,6 +5,7 @@ import shutil
 import pytest
 import torch
 
+from fairseq_distill.errors import DistillError
 from helpers import PACKAGE_DIR, REPO, TINY_MODEL, TRAIN_FLAGS, build_trainer, first_batch, python_module, run
 
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "v0_1_checkpoints")
@@ -12,7 +13,8 @@ DATA = os.path.join(FIXTURES, "data-bin")
 TEACHER = os.path.join(FIXTURES, "teacher.pt")
 CASES = {  # fixture -> (criterion, options it was trained with, new name of its first parameter)
     "ckd": ("ckd", ["--kd-side", "both"], "terms.layer.fusers.encoder.maps.0.weight"),
-    "alp_kd": ("alp_kd", [], "terms.layer.fusers.encoder.project.weight"),
+    # 0.1's alp_kd mapped the teacher's states, today's default maps the student's
+    "alp_kd": ("alp_kd", ["--layer-project", "teacher"], "terms.layer.fusers.encoder.project.weight"),
     "a2d": ("a2d", [], "terms.attn.aams.encoder_self.weight"),
 }
 
@@ -36,6 +38,19 @@ def test_old_training_checkpoint_loads_into_the_composed_criterion(name, tmp_pat
     assert trainer.get_num_updates() == 4
 
 
+def test_old_alp_kd_checkpoint_under_todays_default_names_the_projection_flag(tmp_path):
+    _, _, _, _, trainer = build_trainer(DATA, "--task", "translation_distill", "--teacher-path", TEACHER,
+                                        "--save-dir", str(tmp_path), criterion="alp_kd")
+    with pytest.raises(Exception) as raised:  # fairseq wraps the criterion's error in its own
+        trainer.load_checkpoint(os.path.join(FIXTURES, "alp_kd.pt"))
+    cause = raised.value
+    while not isinstance(cause, DistillError) and cause.__context__ is not None:
+        cause = cause.__context__
+    assert isinstance(cause, DistillError)
+    assert ("maps the teacher's states (--layer-project teacher), this run maps the student's "
+            "(--layer-project student): resume with --layer-project teacher") in str(cause)
+
+
 def test_old_checkpoint_resumes_with_fairseq_train(tmp_path):
     save = tmp_path / "run"
     save.mkdir()
@@ -47,3 +62,16 @@ def test_old_checkpoint_resumes_with_fairseq_train(tmp_path):
     state = torch.load(save / "checkpoint_last.pt", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == 5
     assert any(k.startswith("terms.layer.fusers.") for k in state["criterion"])
+
+
+def test_analysis_reads_the_projection_side_from_an_old_checkpoint():
+    """0.1's alp_kd stored no --layer-project and mapped the teacher's states; today's default
+    maps the student's. The heat map tool takes the side from the checkpoint's weights."""
+    from fairseq_distill.checkpoint import load_training_checkpoint
+    from fairseq_distill.cli.alp_heatmap import average_alp_weights
+
+    state = load_training_checkpoint(os.path.join(FIXTURES, "alp_kd.pt"), "alp_kd")
+    assert state["cfg"].criterion.layer_project == "teacher"
+    matrices = average_alp_weights(os.path.join(FIXTURES, "alp_kd.pt"), data=DATA, teacher_path=TEACHER)
+    for row in matrices["encoder"]:
+        assert sum(row["weights"]) == pytest.approx(1.0, abs=1e-3)

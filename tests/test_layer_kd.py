@@ -207,18 +207,20 @@ def layer_context(teacher_layers=6, student_layers=2, student_dim=4, teacher_dim
 
 
 @pytest.mark.parametrize("method,options,expected", [
-    ("pkd", {}, ("l2", "sum", "teacher")),                       # PKD Eq. 3
+    # pkd and alp_kd: their papers' loss; no map in the papers (equal widths), so the student's
+    # state is mapped, and the teacher's stays a fixed target
+    ("pkd", {}, ("l2", "sum", "student")),                       # PKD Eq. 3
+    ("pkd", {"layer_project": "teacher"}, ("l2", "sum", "teacher")),
     ("ckd", {}, ("none", "mean", "teacher")),                    # CKD Eq. 3, --ckd-form paper
     ("ckd", {"ckd_form": "released"}, ("l2", "sum", "student")),  # the CKD authors' code
     ("ckd", {"ckd_form": "released", "normalize": "none", "reduction": "mean"}, ("none", "mean", "student")),
     ("ckd", {"ckd_project": "student"}, ("none", "mean", "student")),
-    ("pkd", {"reduction": "mean", "ckd_project": "student"}, ("l2", "mean", "teacher")),  # ckd's name only
-    ("pkd", {"layer_project": "student"}, ("l2", "sum", "student")),
+    ("pkd", {"reduction": "mean", "ckd_project": "teacher"}, ("l2", "mean", "student")),  # ckd's name only
     ("ckd", {"layer_project": "student"}, ("none", "mean", "student")),
     ("ckd", {"ckd_form": "released", "layer_project": "teacher"}, ("l2", "sum", "teacher")),
-    ("alp_kd", {}, ("none", "mean", "teacher")),                  # ALP-KD Eq. 7
-    ("alp_kd", {"normalize": "l2", "reduction": "sum"}, ("l2", "sum", "teacher")),
-    ("alp_kd", {"layer_project": "student"}, ("none", "mean", "student")),
+    ("alp_kd", {}, ("none", "mean", "student")),                  # ALP-KD Eq. 7
+    ("alp_kd", {"normalize": "l2", "reduction": "sum"}, ("l2", "sum", "student")),
+    ("alp_kd", {"layer_project": "teacher"}, ("none", "mean", "teacher")),
 ])
 def test_each_method_defaults_to_its_paper_form(method, options, expected):
     term = LayerKDTerm(method, 0.7, layer_context(student_dim=4, teacher_dim=8), **options)

@@ -115,3 +115,19 @@ def test_resuming_with_another_layer_map_says_what_to_do(tmp_path):
     state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == 4
     assert tuple(state["criterion"]["terms.layer.fusers.encoder.maps.0.weight"].shape) == (16, 24)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("criterion", ["pkd", "alp_kd"])
+def test_resuming_a_teacher_side_projection_names_the_side(tmp_path, criterion):
+    """pkd and alp_kd once mapped the teacher's states by default; a run trained so, resumed
+    under today's student-side default, finds its map transposed: the error names the flag."""
+    train(tmp_path, "--criterion", criterion, "--layer-project", "teacher", "--max-update", "2")
+    proc = train(tmp_path, "--criterion", criterion, "--max-update", "4", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout
+    assert "maps the teacher's states (--layer-project teacher)" in proc.stdout
+    assert "this run maps the student's (--layer-project student)" in proc.stdout
+    # the flag it names resumes the run
+    train(tmp_path, "--criterion", criterion, "--layer-project", "teacher", "--max-update", "4")
+    state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == 4

@@ -232,11 +232,25 @@ class DistillationCriterion(LabelSmoothedCrossEntropyCriterion):
         if self.reset_parameters_on_load:
             return nn.modules.module._IncompatibleKeys([], [])
         state_dict = upgrade_criterion_state(state_dict)
-        check_criterion_state(self.state_dict(), state_dict)
+        layer = self.terms["layer"] if "layer" in self.terms else None
+        check_criterion_state(self.state_dict(), state_dict, getattr(layer, "project", None))
         return super().load_state_dict(state_dict, strict, *args, **kwargs)
 
 
-def check_criterion_state(ours: dict, saved: dict):
+def other_side_projection(key: str, ours, saved, project: Optional[str]) -> str:
+    """What to say when a layer map's saved weight is the transpose of ours: it maps the other
+    side (pkd and alp_kd mapped the teacher's states by default before they mapped the
+    student's)."""
+    if not project or ".layer.fusers." not in key or ours.dim() != 2 or ours.shape[0] == ours.shape[1] \
+            or tuple(saved.shape) != tuple(reversed(ours.shape)):
+        return ""
+    other = "teacher" if project == "student" else "student"
+    return (f"; the checkpoint's layer projection maps the {other}'s states (--layer-project {other}), "
+            f"this run maps the {project}'s (--layer-project {project}): resume with "
+            f"--layer-project {other}. In general")
+
+
+def check_criterion_state(ours: dict, saved: dict, layer_project: Optional[str] = None):
     advice = ("the checkpoint's distillation parameters were trained with other options (--criterion, "
               "--distill-terms, --layer-map, --kd-side, --a2d-attention-types or another teacher shape). "
               "Resume with the options it was trained with, start a new --save-dir, or pass "
@@ -249,8 +263,9 @@ def check_criterion_state(ours: dict, saved: dict):
                            f"{advice}")
     for key, value in ours.items():
         if tuple(value.shape) != tuple(saved[key].shape):
+            side = other_side_projection(key, value, saved[key], layer_project)
             raise DistillError(f"criterion parameter '{key}' has shape {tuple(saved[key].shape)} in the "
-                               f"checkpoint but {tuple(value.shape)} now: {advice}")
+                               f"checkpoint but {tuple(value.shape)} now{side}: {advice}")
 
 
 def teacher_layout(teachers):

@@ -68,9 +68,10 @@ class LayerKDOptions:
         metadata={"help": "which side a learned linear map brings to the other's width when they "
                   "differ: teacher (the teacher's states mapped to the student width; map and "
                   "student can collapse onto one vector) or student (the student's state mapped to "
-                  "the teacher width; the teacher's states stay a fixed target). Default: teacher "
-                  "for pkd and alp_kd, that of --ckd-form for ckd (where --ckd-project is the same "
-                  "option)"},
+                  "the teacher width; the teacher's states stay a fixed target). Default: student "
+                  "for pkd and alp_kd (their papers keep the teacher's width and have no map), that "
+                  "of --ckd-form for ckd (teacher for paper, student for released; --ckd-project "
+                  "is the same option)"},
     )
 
 

@@ -26,11 +26,12 @@ variants are named options, and an option given explicitly wins over the default
   which gets no layer loss, as in the paper's experiments; ``--layer-map all`` includes the
   last student layer.
 
-The PKD and ALP-KD papers' students keep their teacher's width; where the widths differ a
-learned linear map bridges them, on the side ``--layer-project`` names: ``teacher`` (the
-default but for ``--ckd-form released``) maps the teacher's states to the student width,
-which lets map and student collapse onto one vector or direction; ``student`` maps the
-student's state to the teacher width and keeps the teacher's states a fixed target.
+Where the widths differ a learned linear map bridges them, on the side ``--layer-project``
+names. ``teacher`` maps the teacher's states to the student width: CKD's paper form (its
+fused map), and a target that moves with the map, so that map and student can collapse onto
+one vector or direction. ``student`` maps the student's state to the teacher width and keeps
+the teacher's states a fixed target: the default of pkd and alp_kd, whose papers keep the
+teacher's width in the student and so have no map to follow, and of ``--ckd-form released``.
 
 Layer l's state is the output of layer l before any final layer norm; the embedding output
 (index 0) joins only with ``--kd-include-embedding``. Source positions count for the
@@ -54,12 +55,13 @@ logger = logging.getLogger(__name__)
 
 SIDES = {"encoder": ("encoder",), "decoder": ("decoder",), "both": ("encoder", "decoder")}
 # Per method, its paper's form as written: the layer map used when none is given, the state
-# normalisation, the reduction of the squared difference over d and the projection side.
+# normalisation, the reduction of the squared difference over d and the projection side
+# (pkd's and alp_kd's papers have no projection: theirs maps the student, see above).
 # (ckd's map default comes from --ckd-combination.)
 METHODS = {
-    "pkd": {"map": "skip", "normalize": "l2", "reduction": "sum", "project": "teacher"},
+    "pkd": {"map": "skip", "normalize": "l2", "reduction": "sum", "project": "student"},
     "ckd": {"map": "rc", "normalize": "none", "reduction": "mean", "project": "teacher"},
-    "alp_kd": {"map": "alp", "normalize": "none", "reduction": "mean", "project": "teacher"},
+    "alp_kd": {"map": "alp", "normalize": "none", "reduction": "mean", "project": "student"},
 }
 # --ckd-form: what each form changes in the ckd entry above
 CKD_FORMS = {
@@ -101,6 +103,7 @@ class LayerKDTerm(DistillationTerm):
         project = layer_project or ckd_project or defaults["project"]
         if project not in ("teacher", "student"):
             raise DistillError(f"unknown --layer-project '{project}'; valid: teacher, student")
+        self.project = project
         logger.info(f"{method} layer loss: {'unit-normalised' if self.normalize == 'l2' else 'raw'} states, "
                     f"squared difference {'summed' if self.reduction == 'sum' else 'averaged'} over the "
                     f"hidden dimension, {project}-side projection where the widths differ")

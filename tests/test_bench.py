@@ -5,6 +5,7 @@ import os
 import sys
 
 import pytest
+import yaml
 
 from helpers import REPO, run, tiny_recipe
 
@@ -110,16 +111,31 @@ def test_depth_grid_and_decode_speed(tmp_path):
         {"name": "layerdrop", "model": "layerdrop", "finetune": "full", "train": {"max-update": 3}},
         {"name": "single", "model": "single"},
     ])
+    recipe = yaml.safe_load(config.read_text())
+    recipe["compare"] = {"baseline": "layerdrop"}
+    config.write_text(yaml.safe_dump(recipe))
     work, results = tmp_path / "work", tmp_path / "results"
     bench("run.py", config, work, results)
 
     bench("depth_grid.py", config, work, results, "--beam", "1")
-    grid = json.load(open(results / "depth-tiny_grid.json"))["models"]
+    summary = json.load(open(results / "depth-tiny_grid.json"))
+    grid = summary["models"]
     pairs = {(e, d) for e in (1, 2) for d in (1, 2)}  # the divisors of 2 on each side
     for name in ("multidepth", "layerdrop"):
         assert {(r["encoder_depth"], r["decoder_depth"]) for r in grid[name]["rows"]} == pairs
         assert os.path.isfile(results / f"depth-tiny_{name}.png")
     assert [(r["encoder_depth"], r["decoder_depth"]) for r in grid["single"]["rows"]] == [(1, 1)]
+    # paired tests where an individually trained model exists (full at 2+2, single at 1+1): the
+    # depth-flexible models against it, and the multi-task model against the compare baseline
+    tests = {(t["depth"], t["baseline"]): t for t in summary["significance"]}
+    assert set(tests) == {("2+2", "full"), ("2+2", "layerdrop"), ("1+1", "single"), ("1+1", "layerdrop")}
+    assert set(tests[("1+1", "single")]["systems"]) == {"multidepth", "layerdrop"}
+    assert set(tests[("1+1", "layerdrop")]["systems"]) == {"multidepth"}
+    cell = {(r["encoder_depth"], r["decoder_depth"]): r for r in grid["multidepth"]["rows"]}[(1, 1)]
+    assert tests[("1+1", "single")]["systems"]["multidepth"]["bleu"]["score"] == pytest.approx(cell["bleu"], abs=0.01)
+    assert tests[("1+1", "single")]["systems"]["multidepth"]["bleu"]["baseline"] == pytest.approx(
+        grid["single"]["rows"][0]["bleu"], abs=0.01)
+    assert "### 1+1: against single" in (results / "depth-tiny_grid.md").read_text()
     assert "current: made from the same runs" in bench("depth_grid.py", config, work, results, "--beam", "1")
     assert "current:" not in bench("depth_grid.py", config, work, results, "--beam", "1", "--force")
     # an evaluation interrupted before the summary resumes: models already evaluated are not decoded again

@@ -182,6 +182,11 @@ def test_evaluate_depths_writes_tables_and_heat_map(tiny_data, multidepth_checkp
     table = open(tmp_path / "flex.md").read()
     assert re.search(r"^\| 1 \| [\d.]+ \|$", table, re.M) and re.search(r"^\| 4 \| [\d.]+ \|$", table, re.M)
     assert os.path.getsize(tmp_path / "flex.png") > 1000 and "wrote" in out
+    # chrF beside BLEU, and each pair's hypotheses kept for paired tests, one line a sentence
+    assert "chrF (rows: encoder depth" in table and all(0 <= r["chrf"] <= 100 for r in rows)
+    references = open(rows[0]["references"]).read().splitlines()
+    assert rows[0]["hypotheses"] != rows[1]["hypotheses"]
+    assert all(len(open(r["hypotheses"]).read().splitlines()) == len(references) for r in rows)
     # an ordinary Transformer (3+2 layers) pruned with LayerDrop's rule at decoding time
     run(python_module("fairseq_distill.cli.evaluate_depths", deep_teacher, tiny_data, "--out",
                       str(tmp_path / "pruned"), "--prune", "left", "--encoder-depths", "1,3",

@@ -8,7 +8,8 @@ A ``flexible_transformer`` decodes each pair through ``--model-overrides "{'enco
 (e.g. trained with fairseq's LayerDrop) pruned at decoding time with fairseq's
 ``encoder_layers_to_keep``/``decoder_layers_to_keep``, the layers chosen by STRATEGY
 (``left`` is LayerDrop's rule). Every pair is scored with sacreBLEU and timed; writes
-OUT.json, OUT.md (BLEU and tokens/s tables) and OUT.png (BLEU heat map).
+OUT.json (with each pair's hypothesis file, for paired tests), OUT.md (BLEU, chrF and
+tokens/s tables) and OUT.png (BLEU heat map).
 """
 import argparse
 import json
@@ -49,7 +50,10 @@ def write_tables(rows, out, title):
     dec = sorted({r["decoder_depth"] for r in rows})
     cell = {(r["encoder_depth"], r["decoder_depth"]): r for r in rows}
     lines = [f"# {title}", ""]
-    for key, fmt, name in (("bleu", "{:.2f}", "BLEU"), ("tokens_per_second", "{:.0f}", "tokens/s")):
+    for key, fmt, name in (("bleu", "{:.2f}", "BLEU"), ("chrf", "{:.2f}", "chrF"),
+                           ("tokens_per_second", "{:.0f}", "tokens/s")):
+        if not all(key in r for r in rows):
+            continue  # chrF: grids written before it was kept
         lines += [f"{name} (rows: encoder depth, columns: decoder depth)", "",
                   "| enc \\ dec | " + " | ".join(map(str, dec)) + " |", "|---|" + "---|" * len(dec)]
         lines += [f"| {m} | " + " | ".join(fmt.format(cell[(m, n)][key]) if (m, n) in cell else "-" for n in dec)
@@ -88,9 +92,12 @@ def evaluate_depths(checkpoint, data_bin, out, prune=None, beam=4, batch_size=12
     for (m, n), overrides in pairs.items():
         r = evaluate(checkpoint, data_bin, "test", beam=beam, batch_size=batch_size,
                      extra_args=["--model-overrides", repr(overrides)], tag=f"e{m}d{n}")
-        rows.append({"encoder_depth": m, "decoder_depth": n, "bleu": r["bleu"],
+        rows.append({"encoder_depth": m, "decoder_depth": n, "bleu": r["bleu"], "chrf": r["chrf"],
                      "tokens_per_second": r["tokens_per_second"], "sentences_per_second": r["sentences_per_second"],
-                     "overrides": overrides, "bleu_signature": r["bleu_signature"]})
+                     "overrides": overrides, "bleu_signature": r["bleu_signature"],
+                     "chrf_signature": r["chrf_signature"],
+                     # kept for paired tests between depths and models
+                     "hypotheses": r["hypotheses"], "references": r["references"]})
         print(f"[depths] encoder {m}, decoder {n}: BLEU {r['bleu']:.2f}, {r['tokens_per_second']:.0f} tokens/s",
               flush=True)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)

@@ -247,6 +247,29 @@ def test_pkd_term_by_hand():
     assert term.forward(student, [teacher], None).item() == pytest.approx((0.8 + 4) / 2, rel=1e-6)
 
 
+def test_pkd_term_by_hand_with_its_default_student_side_map():
+    """Student d = 2, teacher d = 4: by default each student state goes through its own map to
+    the teacher's width, then Eq. 3 as above. Maps set to P_1 h = (h, 0, 0), P_2 h = (0, 0, h):
+    P_1 (3,4) = (3,4,0,0) vs (1,0,0,0): 0.8; P_2 (0,2) = (0,0,0,2) vs (0,0,0,−1): 4."""
+    def features(dim, layer1, layer2):
+        states = [torch.zeros(1, 1, dim)] + [torch.tensor([[v]]) for v in (layer1, layer2)]
+        return Features(net_output=(None,), encoder_padding_mask=torch.zeros(1, 1, dtype=torch.bool),
+                        encoder_states=states)
+
+    student = features(2, [3.0, 4.0], [0.0, 2.0])
+    teacher = features(4, [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, -1.0])
+    for reduction, expected in (("", 0.8 + 4), ("mean", (0.8 + 4) / 4)):
+        term = LayerKDTerm("pkd", 0.7, layer_context(2, 2, student_dim=2, teacher_dim=4), reduction=reduction)
+        maps = term.fusers["encoder"].maps
+        assert [tuple(m.weight.shape) for m in maps] == [(4, 2), (4, 2)]  # student width in, teacher's out
+        with torch.no_grad():
+            for m, rows in zip(maps, ((0, 1), (2, 3))):
+                m.weight.zero_()
+                m.bias.zero_()
+                m.weight[rows[0], 0] = m.weight[rows[1], 1] = 1.0
+        assert term.forward(student, [teacher], None).item() == pytest.approx(expected, rel=1e-6)
+
+
 @pytest.mark.parametrize("layer_map,reduction,expected", [
     # s_1 = (1,0), t_1 = (1,0), t_2 = (0,1): dot scores 1, 0, so α = (e, 1)/(e+1) and
     # C = α; s_1 − C = (1 − α_1, −α_2) = (a, −a) with a = 1/(e+1): mean_d = a², Σ_d = 2a²

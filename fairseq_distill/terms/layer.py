@@ -56,7 +56,8 @@ logger = logging.getLogger(__name__)
 SIDES = {"encoder": ("encoder",), "decoder": ("decoder",), "both": ("encoder", "decoder")}
 # Per method, its paper's form as written: the layer map used when none is given, the state
 # normalisation, the reduction of the squared difference over d and the projection side
-# (pkd's and alp_kd's papers have no projection: theirs maps the student, see above).
+# (pkd's and alp_kd's papers have no projection; where the widths differ they map the
+# student's state, see above).
 # (ckd's map default comes from --ckd-combination.)
 METHODS = {
     "pkd": {"map": "skip", "normalize": "l2", "reduction": "sum", "project": "student"},

@@ -71,6 +71,7 @@ def test_recipe_runs_caches_and_reports(tmp_path):
     assert set(rows) == {"teacher", "student-seqkd-wordkd", "student-cached"}
     student = rows["student-seqkd-wordkd"]
     assert student["updates"] == 6 and student["teacher"] == "teacher" and student["data"] == "seqkd-data"
+    assert student["trained_updates"] == 6  # the run's own count (here also the evaluated checkpoint's)
     assert student["parameters"] > 0 and 0 <= student["bleu"] <= 100 and student["train_seconds"] > 0
     assert results["seqkd"][0]["sentences"] == 300
     cache = results["caches"][0]
@@ -82,8 +83,15 @@ def test_recipe_runs_caches_and_reports(tmp_path):
     assert re.search(r"\| student-seqkd-wordkd \| 1\+1, 16, 32 \| 0\.\d\dM \| word_kd \(kd-weight=0.5\) \| "
                      r"seqkd-data \| 1 \| 6 \|", table), table
 
+    # a record written before runs kept their own update count gets it from its last checkpoint
+    record_path = os.path.join(os.path.dirname(student["checkpoint"]), "record.json")
+    record = json.load(open(record_path))
+    del record["trained_updates"]
+    json.dump(record, open(record_path, "w"))
+
     # a second run reuses every finished step
     again = run(cmd).stdout
+    assert json.load(open(record_path))["trained_updates"] == 6
     assert again.count(": cached (") == 5
     assert "fairseq_cli.train" not in again
     # --only runs a part of the recipe; the results still list every finished step
@@ -225,6 +233,25 @@ def test_table_marks_rows_trained_under_another_speed_setup():
     assert table.count(" † |") == 1 and "compare its train time only with other † rows" in table
     # one set-up throughout: nothing to mark
     assert "†" not in markdown_table([row]) and "†" not in markdown_table([new])
+
+
+def test_table_says_when_the_evaluated_checkpoint_is_not_the_runs_last_update():
+    """A run evaluated at checkpoint_best.pt that trained on past it (validation loss rose)
+    lists its trained updates and the evaluated checkpoint's, not the latter as the budget."""
+    from bench.runner.results import markdown_table
+
+    row = {"name": "ld", "shape": {"encoder-layers": 12, "decoder-layers": 6, "encoder-embed-dim": 128,
+                                   "encoder-ffn-embed-dim": 512},
+           "parameters": 4990000, "criterion": "label_smoothed_cross_entropy", "teacher": None,
+           "data": "seqkd-data", "epochs": 21, "updates": 1584, "trained_updates": 2660,
+           "train_seconds": 2976.0, "bleu": 37.23, "tokens_per_second": 1396.0}
+    table = markdown_table([row])
+    assert "| seqkd-data | 21 | 2660 (evaluated: 1584) | 49.6 min |" in table
+    assert "evaluated checkpoint's update" in table
+    # best = last, or a record from before trained updates were kept: one number, no note
+    for same in ({**row, "trained_updates": 1584}, {k: v for k, v in row.items() if k != "trained_updates"}):
+        assert "| 21 | 1584 | 49.6 min |" in markdown_table([same])
+        assert "evaluated checkpoint's update" not in markdown_table([same])
 
 
 def test_table_marks_rows_made_from_another_run_of_their_teacher():

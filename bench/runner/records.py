@@ -59,7 +59,9 @@ def training_record(plan: Plan, step) -> dict:
         "data": step.get("data") or "original",
         "parameters": result["parameters"],
         "evaluated_checkpoint": plan.evaluated_checkpoint,
+        # the evaluated checkpoint's update (best may come before the run's last) and the run's
         "updates": exported["optimizer_history"][-1]["num_updates"],
+        "trained_updates": last["optimizer_history"][-1]["num_updates"],
         "epochs": completed_epochs(last["extra_state"]["train_iterator"]),
         "train_seconds": round(own_training_seconds(plan, step, last), 1),
         "bleu": result["bleu"],
@@ -136,16 +138,24 @@ def save(plan: Plan, step, record) -> None:
 
 
 def local_records(plan: Plan) -> Dict[str, dict]:
-    """The records of the finished steps in the work dir, fingerprinted (once, saved back)
-    if written before records carried a fingerprint."""
+    """The records of the finished steps in the work dir, completed (once, saved back) if
+    written before records carried a fingerprint or a training run's own update count."""
     found = {}
     for step in plan.steps:
         path = record_path(plan, step)
         if os.path.isfile(path):
             with open(path) as f:
                 record = json.load(f)
+            changed = False
             if "run" not in record:
                 record["run"] = run_fingerprint(record)
+                changed = True
+            if (record["kind"] == "train" and "trained_updates" not in record
+                    and os.path.isfile(record["training_checkpoint"])):
+                last = torch.load(record["training_checkpoint"], map_location="cpu", weights_only=False)
+                record["trained_updates"] = last["optimizer_history"][-1]["num_updates"]
+                changed = True
+            if changed:
                 save(plan, step, record)
             found[step["name"]] = record
     return found

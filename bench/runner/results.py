@@ -36,6 +36,15 @@ def other_runs_used(row, runs: Dict[str, str]) -> List[str]:
     return [d for d in row_dependencies(row) if d in runs and used.get(d) != runs[d]]
 
 
+def updates_cell(row) -> str:
+    """The run's updates, and the evaluated checkpoint's where training went on past it
+    (records from before ``trained_updates`` was kept have only the latter)."""
+    trained = row.get("trained_updates")
+    if trained is None or trained == row["updates"]:
+        return str(row["updates"])
+    return f"{trained} (evaluated: {row['updates']})"
+
+
 def markdown_table(rows, runs: Dict[str, str] = None) -> str:
     """``runs``: step name -> run fingerprint of every finished step (default: the rows'), to
     mark rows made from another run of a step than the one listed (e.g. a retrained teacher)."""
@@ -66,9 +75,12 @@ def markdown_table(rows, runs: Dict[str, str] = None) -> str:
         lines.append(
             f"| {r['name']}{' ‡' if other else ''} | {s['encoder-layers']}+{s['decoder-layers']}, {s['encoder-embed-dim']}, "
             f"{s['encoder-ffn-embed-dim']} | {r['parameters'] / 1e6:.2f}M | {kd} | {r['data']} | "
-            f"{r['epochs']} | {r['updates']} | {r['train_seconds'] / 60:.1f} min{mark} | "
+            f"{r['epochs']} | {updates_cell(r)} | {r['train_seconds'] / 60:.1f} min{mark} | "
             f"{r['bleu']:.2f} | {'-' if r.get('tokens_per_second') is None else format(r['tokens_per_second'], '.0f')} |"
         )
+    if any(updates_cell(r) != str(r["updates"]) for r in rows):
+        lines.append("\nEpochs and updates are the run's; in brackets, the evaluated checkpoint's update "
+                     "where it is not the run's last (checkpoint_best.pt: validation loss rose after it).")
     if mixed:
         lines.append(f"\n† trained before the runner's speed set-up ({SPEED_SETUP}): its steps ran up to "
                      f"~1.5x slower, so compare its train time only with other † rows; training-step costs "

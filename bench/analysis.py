@@ -1,15 +1,21 @@
 """What the analysis scripts share: an analysis is redone only when what it was made from
 changed, so rerunning ``bench/run_all.sh`` does not measure finished work again.
 
-Results JSON files store ``inputs``: the cache keys of the recipe runs they read (a key
-changes with anything that changes a run's result) and the analysis' own options.
+Results JSON files store ``inputs``: for every recipe run they read, its cache key (which
+changes with the step's configuration) and its run fingerprint (which changes with what the
+run produced: a teacher retrained with the same recipe and seed keeps its key but, on another
+CPU, not its weights), and the analysis' own options.
 """
 import json
 import os
 
 
 def made_from(recipe, runs, **options) -> dict:
-    return {"runs": {name: recipe.keys[name] for name in runs}, "options": options}
+    """What an analysis of ``runs`` (recipe step names) with ``options`` is made from; a step
+    that has not run (one whose configuration alone is measured) has no fingerprint."""
+    return {"runs": {name: {"key": recipe.keys[name], "run": recipe.done.get(name, {}).get("run")}
+                     for name in runs},
+            "options": options}
 
 
 def is_current(path: str, inputs: dict, force: bool = False) -> bool:

@@ -122,7 +122,9 @@ def main():
         source = step.get("teacher") or step.get("teacher-cache")
         if source and source not in recipe.done:
             sys.exit(f"step_cost: the step '{source}' has not been run; run bench/run.py first")
-    inputs = made_from(recipe, [s["name"] for s in measured], steps=args.steps, warmup=args.warmup,
+    # the measured steps' configurations and the teacher runs (or caches) they read
+    sources = sorted({s.get("teacher") or s.get("teacher-cache") for s in measured} - {None})
+    inputs = made_from(recipe, [s["name"] for s in measured] + sources, steps=args.steps, warmup=args.warmup,
                        max_tokens=args.max_tokens)
     if is_current(os.path.join(args.results, f"{recipe.name}_step_cost.json"), inputs, args.force):
         return

@@ -58,7 +58,7 @@ def test_step_cost_reports_each_criterion_relative_to_word_kd_and_no_kd(kd_recip
     # made from the same runs with the same options: not measured again, unless forced
     before = open(results / "kd-tiny_step_cost.json").read()
     again = bench("step_cost.py", config, work, results, "--steps", "2", "--warmup", "1")
-    assert "[kd-tiny_step_cost.json] current: made from the same runs (wordkd, alp, a2d, student, cached)" in again
+    assert "[kd-tiny_step_cost.json] current: made from the same runs (wordkd, alp, a2d, student, cached, cache, teacher)" in again
     assert "[step_cost]" not in again and open(results / "kd-tiny_step_cost.json").read() == before
     other = bench("step_cost.py", config, work, results, "--steps", "3", "--warmup", "1")
     assert other.count("[step_cost]") == 5

@@ -502,3 +502,26 @@ def test_results_caption_names_the_decoding_settings_that_change_the_score():
     assert decoding_settings([{"name": "old", "beam": 4}]).startswith("beam 4 (length penalty and length limit not recorded")
     mixed = decoding_settings([{**row, "name": "new"}, {"name": "old", "beam": 5}])
     assert mixed == "beam 5, length penalty 0.6, length limit 1.2·source + 10 tokens (not recorded for old: evaluated before they were)"
+
+
+def test_an_analysis_made_from_another_run_of_the_same_step_is_not_current(tmp_path, capsys):
+    """A retrained run keeps its cache key (same recipe and seed) but not its weights: a depth
+    grid or speed table made from its earlier run must be measured again, not reused."""
+    from types import SimpleNamespace
+
+    from bench.analysis import is_current, made_from
+
+    recipe = SimpleNamespace(keys={"teacher": "k1", "student": "k2"},
+                             done={"teacher": {"run": "aaaa"}, "student": {"run": "bbbb"}})
+    inputs = made_from(recipe, ["teacher", "student"], beam=4)
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps({"rows": [], "inputs": inputs}))
+    assert is_current(str(path), made_from(recipe, ["teacher", "student"], beam=4))
+    assert "current: made from the same runs (teacher, student)" in capsys.readouterr().out
+    assert not is_current(str(path), made_from(recipe, ["teacher", "student"], beam=1))
+    assert not is_current(str(path), made_from(recipe, ["teacher", "student"], beam=4), force=True)
+    retrained = SimpleNamespace(keys=recipe.keys, done={**recipe.done, "teacher": {"run": "cccc"}})
+    assert not is_current(str(path), made_from(retrained, ["teacher", "student"], beam=4))
+    # results stored before runs were fingerprinted name keys only: measured again
+    path.write_text(json.dumps({"rows": [], "inputs": {"runs": recipe.keys, "options": {"beam": 4}}}))
+    assert not is_current(str(path), made_from(recipe, ["teacher", "student"], beam=4))

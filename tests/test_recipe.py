@@ -302,6 +302,58 @@ def test_a_recipes_own_committed_table_wins_over_another_tables_row(tmp_path):
         assert "other" not in found  # a key that does not match is not reused
 
 
+def test_results_keep_each_rows_test_output_for_paired_tests_in_a_later_session(tmp_path):
+    """A session's work dir does not outlive it: each row's hypotheses and references are
+    written beside the results, and a committed row read back (--reuse) is paired-tested from
+    those copies against a row run later, as if both had run in one session."""
+    from bench.runner.records import committed_rows
+    from bench.runner.results import write_results
+    from fairseq_distill.scoring import corpus_scores
+
+    refs = ["a small dog runs on the grass .", "two men sit on a bench .", "a girl in a red coat waves ."] * 4
+    (tmp_path / "test.en").write_text("\n".join(refs) + "\n")
+    shape = {"encoder-layers": 2, "decoder-layers": 2, "encoder-embed-dim": 64, "encoder-ffn-embed-dim": 256}
+
+    def record(name, hypotheses):
+        (tmp_path / f"{name}.hyp.txt").write_text("\n".join(hypotheses) + "\n")
+        return {"kind": "train", "name": name, "key": f"key-{name}", "shape": shape, "parameters": 750000,
+                "criterion": "label_smoothed_cross_entropy", "data": "original", "epochs": 10,
+                "updates": 1350, "train_seconds": 900.0, "tokens_per_second": 2500.0,
+                "bleu": corpus_scores(hypotheses, refs)["bleu"], "beam": 4,
+                "hypotheses": str(tmp_path / f"{name}.hyp.txt"), "references": str(tmp_path / "test.en")}
+
+    base_hyps = ["a dog runs on grass .", "two men sit .", "a girl waves ."] * 4
+    new_hyps = ["a small dog runs on the grass .", "two men sit on a bench .", "a girl in red waves ."] * 4
+    steps = [{"name": "base"}, {"name": "new"}]
+    results = tmp_path / "results"
+    args = (str(results), "r", str(tmp_path / "r.yaml"), "best", steps)
+    write_results(*args, {"base": record("base", base_hyps)}, {"baseline": "base"})
+    row = json.load(open(results / "r.json"))["rows"][0]
+    assert row["hypotheses_file"] == "hypotheses/r/base.txt" and "hypotheses" not in row
+    assert (results / row["hypotheses_file"]).read_text() == "\n".join(base_hyps) + "\n"
+    assert row["references_file"].startswith("hypotheses/r/references-")
+    assert (results / row["references_file"]).read_text() == "\n".join(refs) + "\n"
+
+    # the next session: the work dir is gone, the committed row is reused and a new row runs
+    os.remove(tmp_path / "base.hyp.txt")
+    reused = committed_rows([str(results / "r.json")], {"base": "key-base", "new": "key-new"}, "r")["base"]
+    write_results(*args, {"base": reused, "new": record("new", new_hyps)}, {"baseline": "base"})
+    meta = json.load(open(results / "r.json"))
+    (tested,) = meta["significance"]
+    assert tested["baseline"] == "base" and tested["not_tested"] == []
+    bleu = tested["systems"]["new"]["bleu"]
+    assert bleu["baseline"] == corpus_scores(base_hyps, refs)["bleu"]
+    assert bleu["delta"] == pytest.approx(corpus_scores(new_hyps, refs)["bleu"] - bleu["baseline"], abs=0.011)
+    assert sorted(os.listdir(results / "hypotheses" / "r")) == ["base.txt", "new.txt", os.path.basename(row["references_file"])]
+    assert (results / "hypotheses" / "r" / "base.txt").read_text() == "\n".join(base_hyps) + "\n"
+
+    # a row that leaves the table takes its file along; a record without files names none
+    without = {k: v for k, v in record("old", base_hyps).items() if k not in ("hypotheses", "references")}
+    write_results(*args[:4], [{"name": "old"}], {"old": without})
+    assert os.listdir(results / "hypotheses" / "r") == []
+    assert "hypotheses_file" not in json.load(open(results / "r.json"))["rows"][0]
+
+
 @pytest.mark.slow
 def test_switching_the_evaluated_checkpoint_reevaluates_without_retraining(tmp_path):
     """``eval: {checkpoint: last}`` evaluates the end of the budget instead of checkpoint_best.pt;

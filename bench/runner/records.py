@@ -175,8 +175,19 @@ def committed_rows(paths: Iterable[str], keys: Dict[str, str], own_name: str) ->
             meta = json.load(f)
         for r in meta.get("rows", []) + meta.get("seqkd", []):
             if r.get("key") and r.get("key") == keys.get(r.get("name")):
-                found[r["name"]] = r
+                found[r["name"]] = with_committed_outputs(r, os.path.dirname(os.path.abspath(path)))
     return found
+
+
+def with_committed_outputs(row: dict, results_dir: str) -> dict:
+    """A committed row whose test-set output was committed with it (``hypotheses_file``,
+    ``references_file``): those files stand where a record has its own, so the row is
+    paired-tested like a run of this session."""
+    row = dict(row)
+    for field, key in (("hypotheses_file", "hypotheses"), ("references_file", "references")):
+        if row.get(field):
+            row[key] = os.path.join(results_dir, row[field])
+    return row
 
 
 def uses(record_deps: Iterable[str], done: Dict[str, dict]) -> Dict[str, str]:

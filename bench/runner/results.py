@@ -1,6 +1,7 @@
 """The results of a recipe, written from its records: ``<name>.json`` (the rows) and
 ``<name>.md`` (the table), plus the table's rendering, which marks rows a reader should
 compare with care."""
+import hashlib
 import json
 import os
 from typing import Dict, List, Optional
@@ -19,6 +20,10 @@ CHECKPOINT_MEANING = {"best": "checkpoint of lowest validation loss (checkpoint_
                       "last": "last checkpoint (checkpoint_last.pt, the end of its budget)"}
 # kept in the work dir's records, not in the results: machine-specific and long
 RECORD_ONLY = ("commands", "hypotheses", "references")
+# Each row's test-set output and its references are committed beside the results, under
+# hypotheses/<recipe>/: a session's work dir does not outlive it, and without them a row
+# run in a later session could not be paired-tested against a committed one.
+HYPOTHESES_DIR = "hypotheses"
 
 
 def row_dependencies(row) -> List[str]:
@@ -165,11 +170,44 @@ def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, d
     if not results_dir:
         return table
     os.makedirs(results_dir, exist_ok=True)
+    keep_test_outputs(results_dir, name, meta["rows"], done)
     with open(os.path.join(results_dir, f"{name}.json"), "w") as f:
         json.dump(meta, f, indent=2)
     with open(os.path.join(results_dir, f"{name}.md"), "w") as f:
         f.write(recipe_caption(meta, evaluated_checkpoint) + recipe_markdown(meta))
     return table
+
+
+def keep_test_outputs(results_dir, recipe, rows, done: Dict[str, dict]) -> None:
+    """Copy each row's hypotheses and references into ``results_dir/hypotheses/<recipe>/``
+    (``<step>.txt``; references by content, ``references-<sha1>.txt``) and name them in the row
+    (``hypotheses_file``, ``references_file``, relative to ``results_dir``), where its record
+    has them; files of rows no longer in the table are removed."""
+    folder = os.path.join(HYPOTHESES_DIR, recipe)
+    os.makedirs(os.path.join(results_dir, folder), exist_ok=True)
+    kept = set()
+    for row in rows:
+        record = done[row["name"]]
+        for source_key, field in (("hypotheses", "hypotheses_file"), ("references", "references_file")):
+            source = record.get(source_key)
+            if not (source and os.path.isfile(source)):  # older rows; references not read from a file
+                continue
+            data = read_binary(source)
+            file_name = (f"{row['name']}.txt" if source_key == "hypotheses"
+                         else f"references-{hashlib.sha1(data).hexdigest()[:10]}.txt")
+            target = os.path.join(results_dir, folder, file_name)
+            if not os.path.isfile(target) or read_binary(target) != data:  # a committed row's own copy stays
+                with open(target, "wb") as f:
+                    f.write(data)
+            row[field] = os.path.join(folder, file_name)
+            kept.add(file_name)
+    for file_name in set(os.listdir(os.path.join(results_dir, folder))) - kept:
+        os.remove(os.path.join(results_dir, folder, file_name))
+
+
+def read_binary(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def decoding_settings(rows) -> str:

@@ -354,6 +354,27 @@ def test_results_keep_each_rows_test_output_for_paired_tests_in_a_later_session(
     assert "hypotheses_file" not in json.load(open(results / "r.json"))["rows"][0]
 
 
+def test_the_closing_lines_list_only_checkpoints_on_this_machine(tmp_path):
+    """Rows taken from the committed results name checkpoints of the machine that made them:
+    the runner does not list those paths as checkpoints to decode with."""
+    import io
+
+    from bench.runner.execute import Runner
+    from bench.runner.progress import Terminal
+
+    config = tiny_recipe(tmp_path, "where", {"student": TINY}, [{"name": "a", "model": "student"},
+                                                                 {"name": "b", "model": "student"}])
+    out = io.StringIO()
+    runner = Runner(str(config), str(tmp_path / "work"), str(tmp_path / "results"), terminal=Terminal(out))
+    (tmp_path / "a.pt").write_bytes(b"")
+    runner.done = {"a": {"kind": "train", "checkpoint": str(tmp_path / "a.pt")},
+                   "b": {"kind": "train", "checkpoint": "/elsewhere/runs/b-0123456789/model.pt"}}
+    runner.say_where()
+    text = out.getvalue()
+    assert f"  a: {tmp_path / 'a.pt'}" in text and "/elsewhere" not in text
+    assert "no checkpoint here (rows taken from the committed results): b" in text
+
+
 @pytest.mark.slow
 def test_switching_the_evaluated_checkpoint_reevaluates_without_retraining(tmp_path):
     """``eval: {checkpoint: last}`` evaluates the end of the budget instead of checkpoint_best.pt;

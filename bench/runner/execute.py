@@ -212,10 +212,15 @@ class Runner:
 
     def say_where(self) -> None:
         trained = [(n, r["checkpoint"]) for n, r in self.done.items() if r["kind"] == "train"]
-        if trained:
+        # rows taken from the committed results name a checkpoint of the machine that made them
+        here = [(n, path) for n, path in trained if os.path.isfile(path)]
+        if here:
             self.say("decoding checkpoints (a plugin architecture decodes with --user-dir fairseq_distill):")
-            for name, path in trained:
+            for name, path in here:
                 self.say(f"  {name}: {os.path.relpath(path) if path.startswith(REPO) else path}")
+        elsewhere = [n for n, path in trained if not os.path.isfile(path)]
+        if elsewhere:
+            self.say(f"no checkpoint here (rows taken from the committed results): {', '.join(elsewhere)}")
         if self.results_dir:
             self.say(f"results: {os.path.join(self.results_dir, self.name)}.json and .md")
 

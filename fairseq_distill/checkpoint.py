@@ -142,7 +142,8 @@ def stored_layer_project(state) -> Optional[str]:
     """The side a layer-KD run's learned maps project (``teacher`` or ``student``), read from
     their weights: a run that took its method's default stored no ``--layer-project``, and
     pkd's and alp_kd's default changed from the teacher's side to the student's, so the
-    options alone no longer rebuild such a criterion. None where no map says (no layer
+    options alone no longer rebuild such a criterion (nor ckd's, whose default maps the
+    student's state where the widths differ). None where no map says (no layer
     term, or a square map)."""
     model = state["cfg"].model
     for key, value in state["criterion"].items():

@@ -12,8 +12,9 @@ FIXTURES = os.path.join(REPO, "tests", "fixtures", "v0_1_checkpoints")
 DATA = os.path.join(FIXTURES, "data-bin")
 TEACHER = os.path.join(FIXTURES, "teacher.pt")
 CASES = {  # fixture -> (criterion, options it was trained with, new name of its first parameter)
-    "ckd": ("ckd", ["--kd-side", "both"], "terms.layer.fusers.encoder.maps.0.weight"),
-    # 0.1's alp_kd mapped the teacher's states, today's default maps the student's
+    # 0.1's ckd (a student narrower than its teacher) and alp_kd mapped the teacher's states;
+    # today's defaults map the student's there
+    "ckd": ("ckd", ["--kd-side", "both", "--ckd-project", "teacher"], "terms.layer.fusers.encoder.maps.0.weight"),
     "alp_kd": ("alp_kd", ["--layer-project", "teacher"], "terms.layer.fusers.encoder.project.weight"),
     "a2d": ("a2d", [], "terms.attn.aams.encoder_self.weight"),
 }
@@ -38,11 +39,12 @@ def test_old_training_checkpoint_loads_into_the_composed_criterion(name, tmp_pat
     assert trainer.get_num_updates() == 4
 
 
-def test_old_alp_kd_checkpoint_under_todays_default_names_the_projection_flag(tmp_path):
+@pytest.mark.parametrize("name,options", [("alp_kd", []), ("ckd", ["--kd-side", "both"])])
+def test_old_checkpoint_under_todays_default_names_the_projection_flag(name, options, tmp_path):
     _, _, _, _, trainer = build_trainer(DATA, "--task", "translation_distill", "--teacher-path", TEACHER,
-                                        "--save-dir", str(tmp_path), criterion="alp_kd")
+                                        *options, "--save-dir", str(tmp_path), criterion=name)
     with pytest.raises(Exception) as raised:  # fairseq wraps the criterion's error in its own
-        trainer.load_checkpoint(os.path.join(FIXTURES, "alp_kd.pt"))
+        trainer.load_checkpoint(os.path.join(FIXTURES, f"{name}.pt"))
     cause = raised.value
     while not isinstance(cause, DistillError) and cause.__context__ is not None:
         cause = cause.__context__
@@ -57,7 +59,7 @@ def test_old_checkpoint_resumes_with_fairseq_train(tmp_path):
     shutil.copy(os.path.join(FIXTURES, "ckd.pt"), save / "checkpoint_last.pt")
     out = run(python_module("fairseq_cli.train", DATA, "--user-dir", PACKAGE_DIR, *TRAIN_FLAGS, *TINY_MODEL,
                             "--task", "translation_distill", "--teacher-path", TEACHER, "--criterion", "ckd",
-                            "--kd-side", "both", "--max-update", "5", "--save-dir", str(save))).stdout
+                            "--kd-side", "both", "--ckd-project", "teacher", "--max-update", "5", "--save-dir", str(save))).stdout
     assert "@ 3 updates)" in out  # resumed where version 0.1 stopped
     state = torch.load(save / "checkpoint_last.pt", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == 5

@@ -211,7 +211,10 @@ def layer_context(teacher_layers=6, student_layers=2, student_dim=4, teacher_dim
     # state is mapped, and the teacher's stays a fixed target
     ("pkd", {}, ("l2", "sum", "student")),                       # PKD Eq. 3
     ("pkd", {"layer_project": "teacher"}, ("l2", "sum", "teacher")),
-    ("ckd", {}, ("none", "mean", "teacher")),                    # CKD Eq. 3, --ckd-form paper
+    # CKD Eq. 3 (--ckd-form paper) fuses the teacher's states; a narrower student maps its own
+    # state instead (the teacher-side map collapsed such students), see the equal-width test below
+    ("ckd", {}, ("none", "mean", "student")),
+    ("ckd", {"ckd_project": "teacher"}, ("none", "mean", "teacher")),
     ("ckd", {"ckd_form": "released"}, ("l2", "sum", "student")),  # the CKD authors' code
     ("ckd", {"ckd_form": "released", "normalize": "none", "reduction": "mean"}, ("none", "mean", "student")),
     ("ckd", {"ckd_project": "student"}, ("none", "mean", "student")),
@@ -228,6 +231,28 @@ def test_each_method_defaults_to_its_paper_form(method, options, expected):
     project = fuser.project if isinstance(fuser, CombinationFuser) else fuser.side
     assert (term.normalize, term.reduction, project) == expected
     assert (fuser.normalize, fuser.reduction) == expected[:2]
+
+
+def test_ckd_paper_form_fuses_the_teacher_side_only_where_the_widths_are_equal(caplog):
+    """The CKD paper's students keep their teacher's width and fuse the concatenated teacher
+    states to it (Eq. 3): that stays the default there. A narrower student gets the student-side
+    map by default (the teacher-side one collapsed: issue 37), and says so once at start-up."""
+    same = LayerKDTerm("ckd", 0.7, layer_context(6, 2, student_dim=8, teacher_dim=8))
+    assert same.project == "teacher" and same.fusers["encoder"].project == "teacher"
+    assert [tuple(m.weight.shape) for m in same.fusers["encoder"].maps] == [(8, 24), (8, 24)]
+    assert not any("learned projection" in r.message for r in caplog.records)  # the paper's own map
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        narrow = LayerKDTerm("ckd", 0.7, layer_context(6, 2, student_dim=4, teacher_dim=8))
+    assert narrow.project == "student"
+    assert [tuple(m.weight.shape) for m in narrow.fusers["encoder"].maps] == [(24, 4), (24, 4)]
+    assert "the student (d=4) is narrower than the teacher (d=8)" in caplog.text
+    assert "--ckd-project teacher" in caplog.text  # the paper's fused map, one flag away
+    assert not any("learned projection" in r.message for r in caplog.records if r.levelname == "WARNING")
+    # the released form maps the student side at any width; explicit options win
+    assert LayerKDTerm("ckd", 0.7, layer_context(6, 2, 8, 8), ckd_form="released").project == "student"
+    assert LayerKDTerm("ckd", 0.7, layer_context(6, 2, 4, 8), ckd_project="teacher").project == "teacher"
+    assert LayerKDTerm("ckd", 0.7, layer_context(6, 2, 4, 8), layer_project="teacher").project == "teacher"
 
 
 def two_layer_features(layer1, layer2):

@@ -69,9 +69,10 @@ class LayerKDOptions:
                   "differ: teacher (the teacher's states mapped to the student width; map and "
                   "student can collapse onto one vector) or student (the student's state mapped to "
                   "the teacher width; the teacher's states stay a fixed target). Default: student "
-                  "for pkd and alp_kd (their papers keep the teacher's width and have no map), that "
-                  "of --ckd-form for ckd (teacher for paper, student for released; --ckd-project "
-                  "is the same option)"},
+                  "for pkd and alp_kd (their papers keep the teacher's width and have no map); for "
+                  "ckd, student where the widths differ (the teacher-side map collapsed narrower "
+                  "students) and that of --ckd-form where they are equal (teacher for paper, "
+                  "student for released; --ckd-project is the same option)"},
     )
 
 
@@ -88,14 +89,16 @@ class CKDOptions:
                   "student width, compared by MSE (mean over d), no normalisation; released: the "
                   "authors' released code, the student state projected to the concatenated teacher "
                   "width, both unit-normalised, squared difference summed over d. Sets the defaults "
-                  "of --ckd-project, --layer-normalize and --layer-mse-reduction; given explicitly, "
-                  "those win"},
+                  "of --ckd-project (paper: teacher only where the widths are equal), "
+                  "--layer-normalize and --layer-mse-reduction; given explicitly, those win"},
     )
     ckd_project: Optional[ChoiceEnum(["teacher", "student"])] = field(
         default=None,
         metadata={"help": "teacher: fuse the concatenated teacher states to the student width "
                   "(the paper); student: project the student state to k·d_t (the released code). "
-                  "Default: that of --ckd-form"},
+                  "Default: that of --ckd-form where the student has the teacher's width, student "
+                  "where the widths differ (the paper's students keep the teacher's width; a "
+                  "teacher-side map collapsed narrower students)"},
     )
 
 

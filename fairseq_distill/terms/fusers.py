@@ -41,7 +41,8 @@ class CombinationFuser(nn.Module):
                 maps.append(nn.Identity())
             elif project == "teacher":
                 maps.append(nn.Linear(fused_dim, student_dim))
-                warn_teacher_side_projection()
+                if student_dim != teacher_dim:  # at equal widths this is CKD's own fused map (Eq. 3)
+                    warn_teacher_side_projection()
             else:
                 maps.append(nn.Linear(student_dim, fused_dim))
         self.maps = nn.ModuleList(maps)

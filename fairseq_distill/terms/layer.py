@@ -31,7 +31,9 @@ names. ``teacher`` maps the teacher's states to the student width: CKD's paper f
 fused map), and a target that moves with the map, so that map and student can collapse onto
 one vector or direction. ``student`` maps the student's state to the teacher width and keeps
 the teacher's states a fixed target: the default of pkd and alp_kd, whose papers keep the
-teacher's width in the student and so have no map to follow, and of ``--ckd-form released``.
+teacher's width in the student and so have no map to follow, of ``--ckd-form released``, and
+of ckd's paper form where the widths differ (its paper's students keep the teacher's width, so
+the fused teacher-side map stays the default only there: :func:`default_projection`).
 
 Layer l's state is the output of layer l before any final layer norm; the embedding output
 (index 0) joins only with ``--kd-include-embedding``. Source positions count for the
@@ -73,6 +75,26 @@ CKD_FORMS = {
 Pair = Tuple[int, Tuple[int, ...]]  # (student layer, teacher layers); 0 is the embedding
 
 
+def default_projection(method: str, paper_side: str, sides, student_shape, teacher_shape) -> str:
+    """The projection side when none is given: the method's own, except that a teacher-side map
+    (CKD's fused map, Eq. 3) is the default only where the student keeps the teacher's width, as
+    in the paper. For a narrower (or wider) student the student's state is mapped instead: with
+    a teacher-side map, map and student collapsed onto one vector (issue 37, the layer_kd
+    benchmark's teacher-side rows)."""
+    if paper_side != "teacher":
+        return paper_side
+    differ = [(s, student_shape[s][1], teacher_shape[s][1]) for s in sides
+              if student_shape[s][1] != teacher_shape[s][1]]
+    if not differ:
+        return paper_side
+    side, s_dim, t_dim = differ[0]
+    logger.info(f"{method}: the student (d={s_dim}) is {'narrower' if s_dim < t_dim else 'wider'} than the "
+                f"teacher (d={t_dim}) on the {side} side, so its state is mapped to the teacher's width "
+                f"(--ckd-project student); the paper's map of the teacher's states to the student's width "
+                f"(--ckd-project teacher) can collapse when the widths differ")
+    return "student"
+
+
 class LayerKDTerm(DistillationTerm):
     name = "layer"
 
@@ -101,16 +123,18 @@ class LayerKDTerm(DistillationTerm):
         if layer_project and ckd_project and layer_project != ckd_project:
             raise DistillError(f"--layer-project {layer_project} and --ckd-project {ckd_project} disagree; "
                                f"give one of them")
-        project = layer_project or ckd_project or defaults["project"]
+        self.source_pad, self.target_pad = context.source_pad, context.target_pad
+        context.single_teacher(method)
+        student_shape, teacher_shape = context.student_layout(method), context.teacher_shape
+        project = layer_project or ckd_project
+        if not project:
+            project = default_projection(method, defaults["project"], self.sides, student_shape, teacher_shape)
         if project not in ("teacher", "student"):
             raise DistillError(f"unknown --layer-project '{project}'; valid: teacher, student")
         self.project = project
         logger.info(f"{method} layer loss: {'unit-normalised' if self.normalize == 'l2' else 'raw'} states, "
                     f"squared difference {'summed' if self.reduction == 'sum' else 'averaged'} over the "
                     f"hidden dimension, {project}-side projection where the widths differ")
-        self.source_pad, self.target_pad = context.source_pad, context.target_pad
-        context.single_teacher(method)
-        student_shape, teacher_shape = context.student_layout(method), context.teacher_shape
         default_map = ckd_combination if method == "ckd" else METHODS[method]["map"]
 
         self.pairs: Dict[str, List[Pair]] = {}

@@ -19,6 +19,7 @@ temperature τ (recorded: training must use the same ``--kd-temperature``).
 """
 import hashlib
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass, field
 from typing import List, Tuple
@@ -27,6 +28,8 @@ import numpy as np
 import torch
 
 from fairseq_distill.errors import DistillError
+
+logger = logging.getLogger(__name__)
 
 META_FILE = "meta.json"
 OFFSETS_FILE = "offsets.npy"
@@ -154,6 +157,26 @@ class TeacherCache:
             raise DistillError(f"{self.describe()} does not match the training data: "
                                f"{'; '.join(differences)}. Rebuild it with fsd-cache-teacher on this "
                                f"data and subset")
+
+    def check_teachers(self, paths, terms, allow_other: bool = False):
+        """Word-level KD reads this cache while ``terms`` run the teachers at ``paths``
+        (``--teacher-path``): they must be the teachers the cache was made from (by SHA-256, so
+        a copy elsewhere passes), else the terms would learn from two different teachers."""
+        from fairseq_distill.textfiles import file_sha256
+
+        digests = [file_sha256(p) for p in paths]
+        if digests == list(self.meta.teacher_digests):
+            return
+        cached = ":".join(self.meta.teachers)
+        given = ":".join(os.path.abspath(p) for p in paths)
+        if not allow_other:
+            raise DistillError(
+                f"{self.describe()} was made from the teacher {cached}, but --teacher-path is {given} (other "
+                f"file contents): word_kd would learn from the first and {', '.join(terms)} from the second. "
+                f"Pass the cache's own teacher as --teacher-path, rebuild the cache with fsd-cache-teacher "
+                f"--teacher {given}, or pass --allow-cache-of-another-teacher to mix them on purpose")
+        logger.warning(f"--allow-cache-of-another-teacher: word_kd reads the cache of {cached}; "
+                       f"{', '.join(terms)} runs {given}")
 
     def check_temperature(self, temperature: float):
         if abs(temperature - self.meta.temperature) > 1e-9:

@@ -233,3 +233,26 @@ def test_cache_teacher_then_train_with_the_cache(tiny_data, tiny_teacher, tmp_pa
                             "--top-k", "0", "--out", str(tmp_path / "bad")), check=False)
     assert bad.returncode == 1 and "cache-teacher: error: --top-k must be at least 1, got 0" in bad.stdout
     assert "Traceback" not in bad.stdout
+
+
+def test_a_cache_of_another_teacher_beside_teacher_path_is_refused(tiny_data, tiny_teacher, deep_teacher,
+                                                                    cache_k8, caplog):
+    """Word-level KD from the cache of teacher A and layer KD from --teacher-path B would mix two
+    teachers without a word (issue 32.1): refused, naming both and the override; with the
+    override the log says which teacher each term uses. The same teacher passes quietly."""
+    def build_with(teacher, *extra):
+        cfg, task, _ = build(tiny_data, "--task", "translation_distill", "--teacher-cache", cache_k8.directory,
+                             "--teacher-path", teacher, "--distill-terms", "word_kd,ckd", *extra,
+                             criterion="distill")
+        return task.build_criterion(cfg.criterion)
+
+    with pytest.raises(DistillError) as raised:
+        build_with(deep_teacher)
+    message = str(raised.value)
+    assert os.path.abspath(tiny_teacher) in message and os.path.abspath(deep_teacher) in message
+    assert "--allow-cache-of-another-teacher" in message
+    with caplog.at_level("WARNING"):
+        build_with(deep_teacher, "--allow-cache-of-another-teacher")
+    assert f"word_kd reads the cache of {os.path.abspath(tiny_teacher)}" in caplog.text
+    assert f"ckd runs {os.path.abspath(deep_teacher)}" in caplog.text
+    build_with(tiny_teacher)  # the cache's own teacher

@@ -105,6 +105,9 @@ class DistillationCriterion(LabelSmoothedCrossEntropyCriterion):
         # word-level KD from a cache alone runs no teacher: it is not even loaded
         self.needs_teacher = cache is None or names != ("word_kd",)
         teachers = task.load_teacher(criterion_name=name) if self.needs_teacher else None
+        if cache is not None and teachers is not None:
+            cache.check_teachers(teachers.paths, [n for n in names if n != "word_kd"],
+                                 getattr(task.cfg, "allow_cache_of_another_teacher", False))
         context = TermContext(
             teachers=teachers, student_shape=task.student_shape,
             teacher_shape=teacher_layout(teachers) if names != ("word_kd",) else None,

@@ -41,6 +41,11 @@ class TranslationDistillConfig(TranslationConfig):
                   "top-k distributions from it instead of running the teacher (with word-level KD "
                   "alone the teacher is not loaded)"},
     )
+    allow_cache_of_another_teacher: bool = field(
+        default=False,
+        metadata={"help": "let word-level KD read a --teacher-cache made from another teacher than "
+                  "--teacher-path, which the layer or attention terms run (refused otherwise)"},
+    )
     allow_size_only_dictionary_check: bool = field(
         default=False,
         metadata={"help": "accept a teacher whose dictionaries cannot be found (not in the checkpoint, "

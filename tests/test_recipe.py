@@ -598,3 +598,82 @@ def test_an_analysis_made_from_another_run_of_the_same_step_is_not_current(tmp_p
     # results stored before runs were fingerprinted name keys only: measured again
     path.write_text(json.dumps({"rows": [], "inputs": {"runs": recipe.keys, "options": {"beam": 4}}}))
     assert not is_current(str(path), made_from(recipe, ["teacher", "student"], beam=4))
+
+
+# -- recipe validation (issue 32.2 and 32.5): every key checked when the recipe loads --------------
+
+def demo_variant(tmp_path, edit):
+    """A copy of configs/demo.yaml changed by ``edit(cfg)``, as a path."""
+    cfg = yaml.safe_load(open(os.path.join(REPO, "configs", "demo.yaml")))
+    edit(cfg)
+    path = tmp_path / "variant.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return str(path)
+
+
+def step_named(cfg, name):
+    return next(s for s in cfg["steps"] if s["name"] == name)
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda c: c.update(evel={"beam": 9}), r"unknown key 'evel' at the top level; did you mean 'eval'\?"),
+    (lambda c: step_named(c, "student-wordkd").update({"criterion-arg": step_named(c, "student-wordkd").pop("criterion-args")}),
+     r"step 'student-wordkd': unknown key 'criterion-arg'; did you mean 'criterion-args'\?"),
+    (lambda c: c["eval"].update(bem=9), r"eval: unknown key 'bem'; did you mean 'beam'\?"),
+    (lambda c: c["data"].update(vocab=300), r"data: unknown key 'vocab'; did you mean 'vocab_size'\?"),
+    (lambda c: step_named(c, "seqkd-data")["seqkd"].update(bem=4),
+     r"step 'seqkd-data': seqkd option 'bem' is not an option of fsd-seqkd; did you mean 'beam'\?"),
+    (lambda c: step_named(c, "student").update(model="studnet"),
+     r"step 'student': model 'studnet' is not in models: teacher, student; did you mean 'student'\?"),
+    (lambda c: step_named(c, "student-wordkd").update(teacher="teachr"),
+     r"step 'student-wordkd' uses step 'teachr' \(teacher\), which is not a step of the recipe; did you mean 'teacher'\?"),
+    (lambda c: step_named(c, "teacher").update(teacher="teacher"),
+     r"step 'teacher' uses itself \(teacher\)"),
+    (lambda c: (step_named(c, "teacher").update(teacher="student-wordkd")),
+     r"steps depend on each other in a cycle: teacher -> student-wordkd -> teacher"),
+])
+def test_a_misspelled_or_dangling_recipe_key_is_named_when_the_recipe_loads(tmp_path, edit, message):
+    from bench.runner.config import load_checked
+    from fairseq_distill.errors import DistillError
+
+    with pytest.raises(DistillError, match=message):
+        load_checked(demo_variant(tmp_path, edit))
+
+
+def test_steps_may_come_before_the_steps_they_use(tmp_path):
+    from bench.runner.config import load_checked
+    from bench.runner.plan import Plan
+
+    def move_teacher_last(cfg):
+        cfg["steps"].append(cfg["steps"].pop(0))
+    cfg = load_checked(demo_variant(tmp_path, move_teacher_last))
+    names = [s["name"] for s in cfg["steps"]]
+    assert names.index("teacher") < names.index("seqkd-data") < names.index("student-seqkd-wordkd")
+    # the same keys as in recipe order: nothing else changes
+    plan = Plan(cfg, "configs/demo.yaml", "/nonexistent")
+    assert plan.keys == DEMO_KEYS
+
+
+def test_train_flags_are_checked_against_fairseq_train_before_anything_runs(tmp_path):
+    from bench.runner.config import load_checked
+    from bench.runner.plan import Plan
+    from bench.runner.schema import check_train_flags
+    from fairseq_distill.errors import DistillError
+
+    def misspell(cfg):
+        step_named(cfg, "teacher")["train"] = {"max-epoh": 4}
+    path = demo_variant(tmp_path, misspell)
+    with pytest.raises(DistillError, match=r"step 'teacher': --max-epoh is not a fairseq-train option "
+                                           r"\(with the plugin and criterion label_smoothed_cross_entropy\); "
+                                           r"did you mean --max-epoch\?"):
+        check_train_flags(Plan(load_checked(path), path, "/nonexistent"))
+
+    def bad_criterion_arg(cfg):
+        step_named(cfg, "student-wordkd")["criterion-args"] = {"kd-weigth": 0.5}
+    path = demo_variant(tmp_path, bad_criterion_arg)
+    with pytest.raises(DistillError, match=r"step 'student-wordkd': --kd-weigth is not a fairseq-train option "
+                                           r"\(with the plugin and criterion word_kd\); did you mean --kd-weight\?"):
+        check_train_flags(Plan(load_checked(path), path, "/nonexistent"))
+    # every committed recipe passes
+    for config in sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml"))):
+        check_train_flags(Plan(load_checked(config), config, "/nonexistent"))

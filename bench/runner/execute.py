@@ -21,6 +21,7 @@ from .plan import REPO, Plan
 from .progress import CountProgress, Terminal, TrainingProgress, duration
 from . import records
 from .records import run_fingerprint, stale_evaluation
+from .schema import check_train_flags
 from .results import write_results
 
 # the installed tools a plan names, and the modules they are started from
@@ -104,6 +105,7 @@ class Runner:
         self.path = config
         self.cfg = load_checked(config)
         self.plan = Plan(self.cfg, config, workdir)
+        check_train_flags(self.plan)
         self.name, self.workdir, self.keys = self.plan.name, self.plan.workdir, self.plan.keys
         self.data_bin = self.plan.data_bin
         self.results_dir = results

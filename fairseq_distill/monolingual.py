@@ -25,7 +25,7 @@ from typing import Optional
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.segmentation import Segmenter, load_meta
-from fairseq_distill.textfiles import file_sha256, read_lines
+from fairseq_distill.textfiles import blank_line_numbers, file_sha256, read_lines
 
 MONO_DIR = "monolingual"
 INFO_FILE = "source.json"
@@ -54,16 +54,22 @@ def read_source(path: str, data_bin: str, max_positions: Optional[int] = None):
     lines = read_lines(path, what="--source ")
     if not lines:
         raise DistillError(f"--source {path} has no lines")
-    empty = [i + 1 for i, line in enumerate(lines) if not line.strip()]
+    empty = blank_line_numbers(lines)
     if empty:
         listed = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
         raise DistillError(
-            f"--source {path}: line {empty[0]} is empty ({len(empty)} empty line(s): {listed}); every "
-            f"line must hold one sentence for the teacher to translate: remove the empty lines")
+            f"--source {path}: line {empty[0]} is empty after normalisation ({len(empty)} empty line(s): "
+            f"{listed}); every line must hold one sentence for the teacher to translate: remove the empty "
+            f"lines (and those of only whitespace, control or zero-width characters)")
     if load_meta(data_bin) is None:
         raise DistillError(f"--source needs the subword model the data was prepared with, but {data_bin} "
                            f"has no fairseq_distill.json (prepare the data with fsd-prepare-corpus)")
     pieces = Segmenter.from_dir(data_bin).encode_lines(lines)
+    emptied = [i + 1 for i, p in enumerate(pieces) if not p.strip()]
+    if emptied:
+        raise DistillError(f"--source {path}: line {emptied[0]} ({lines[emptied[0] - 1]!r}) is empty after "
+                           f"normalisation by the corpus's subword model ({len(emptied)} such line(s)); every "
+                           f"line must hold one sentence for the teacher to translate: remove them")
     if max_positions:
         too_long = [i + 1 for i, p in enumerate(pieces) if len(p.split()) + 1 > max_positions]
         if too_long:

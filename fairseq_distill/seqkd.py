@@ -430,6 +430,18 @@ def copy_other_splits(data, out, n_train, source=None):
             shutil.copy(path, target)
 
 
+def check_sources_not_empty(sources, data: str, subset: str):
+    """Every source sentence (its subword pieces) has a token besides </s>: the fairseq backend
+    would invent a hypothesis for an empty one and CTranslate2 return none."""
+    empty = [i for i, pieces in enumerate(sources) if not pieces.strip()]
+    if empty:
+        listed = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
+        raise DistillError(
+            f"{data} ({subset}): sentence {empty[0]} has an empty source ({len(empty)} such sentence(s), ids "
+            f"{listed}): nothing for the teacher to translate. Remove those pairs from the raw corpus and "
+            f"prepare it again (fsd-prepare-corpus refuses blank lines and lines empty after normalisation)")
+
+
 def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
     """Generate the shards ``args`` asks for and, when all exist, merge them into ``args.out``;
     returns the merge's summary (None after one shard of many)."""
@@ -438,9 +450,11 @@ def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
         raise DistillError(f"data directory not found: '{args.data}'")
     meta = load_meta(args.data)
     src, tgt = data_langs(args.data, meta, args)
-    total = len(load_side(args.data, args.subset, src, tgt, src))
-    if total == 0:
+    sources = load_side(args.data, args.subset, src, tgt, src)
+    if len(sources) == 0:
         raise DistillError(f"empty corpus: '{args.subset}' in {args.data} has no sentences")
+    if not args.merge:
+        check_sources_not_empty(sources, args.data, args.subset)
     if args.num_shards < 1 or (args.shard_id is not None and not 0 <= args.shard_id < args.num_shards):
         raise DistillError(f"--shard-id must be in 0..{args.num_shards - 1}, got {args.shard_id}")
     if args.work is None:

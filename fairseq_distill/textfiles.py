@@ -12,6 +12,7 @@ for ``errors="replace"``, which puts U+FFFD in their place.
 import gzip
 import hashlib
 import sys
+import unicodedata
 import zlib
 from typing import List
 
@@ -79,6 +80,22 @@ def split_lines(data: bytes, path: str = STDIN, errors: str = "strict", warn=Non
     if lines[-1] == "":
         lines.pop()  # the newline that ends the last line does not start another
     return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+# what normalisation and segmentation remove: whitespace and separators, control and format
+# characters (zero-width space and joiners, the byte-order mark, the soft hyphen)
+INVISIBLE_CATEGORIES = ("Zs", "Zl", "Zp", "Cc", "Cf")
+
+
+def is_blank(line: str) -> bool:
+    """Whether nothing of ``line`` is left once normalised: every character is whitespace or
+    invisible (:data:`INVISIBLE_CATEGORIES`). Such a line is treated like an empty one."""
+    return all(ch.isspace() or unicodedata.category(ch) in INVISIBLE_CATEGORIES for ch in line)
+
+
+def blank_line_numbers(lines: List[str]) -> List[int]:
+    """The 1-based numbers of the lines :func:`is_blank` finds empty."""
+    return [i + 1 for i, line in enumerate(lines) if is_blank(line)]
 
 
 def read_lines(path: str, errors: str = "strict", warn=None, what: str = "") -> List[str]:

@@ -136,7 +136,20 @@ def test_blank_line_in_corpus(tmp_path, raw):
     lines[4] = "  "
     open(raw / "test.de", "w").write("\n".join(lines) + "\n")
     proc = prepare(tmp_path, raw)
-    assert proc.returncode != 0 and "1 blank line(s) (first at line 5)" in proc.stdout
+    assert proc.returncode != 0 and "1 blank line(s) or line(s) empty after normalisation (first at line 5" in proc.stdout
+
+
+def test_lines_empty_after_normalisation_are_refused_like_blank_ones(tmp_path):
+    """A side holding only a zero-width space (or other invisible characters) is a blank line
+    once normalised: refused before anything is written (issue 32.3)."""
+    from fairseq_distill.cli.prepare_corpus import load_split
+    from fairseq_distill.errors import DistillError
+
+    (tmp_path / "t.de").write_text("ein hund\n\u200b\nzwei\n", encoding="utf-8")
+    (tmp_path / "t.en").write_text("a dog\ncats\ntwo\n", encoding="utf-8")
+    with pytest.raises(DistillError, match=r"t.de has 1 blank line\(s\) or line\(s\) empty after normalisation "
+                                           r"\(first at line 2: '\\u200b'"):
+        load_split(str(tmp_path / "t.de"), str(tmp_path / "t.en"), "train")
 
 
 @pytest.mark.slow

@@ -75,11 +75,32 @@ def test_source_lines_are_segmented_as_the_corpus(tiny_data, tmp_path):
 def test_empty_source_lines_are_named(tiny_data, tmp_path):
     path = tmp_path / "mono.de"
     path.write_text("Ein Hund.\n\nZwei Katzen.\n   \nEin Haus.\n", encoding="utf-8")
-    with pytest.raises(DistillError, match=r"line 2 is empty \(2 empty line\(s\): 2, 4\); every line must hold"):
+    with pytest.raises(DistillError, match=r"line 2 is empty after normalisation \(2 empty line\(s\): 2, 4\); every line must hold"):
         read_source(str(path), tiny_data)
     path.write_text("", encoding="utf-8")
     with pytest.raises(DistillError, match="has no lines"):
         read_source(str(path), tiny_data)
+
+
+def test_source_lines_empty_after_normalisation_are_named_like_blank_ones(tiny_data, tmp_path):
+    """Only a zero-width space, a BOM or control characters: nothing for the teacher to translate
+    once normalised (issue 32.3), refused with the message of a blank line."""
+    path = tmp_path / "mono.de"
+    path.write_text("Ein Hund.\n\u200b\nZwei Katzen.\n\ufeff\u200d \x07\n", encoding="utf-8")
+    with pytest.raises(DistillError, match=r"line 2 is empty after normalisation \(2 empty line\(s\): 2, 4\); "
+                                           r"every line must hold"):
+        read_source(str(path), tiny_data)
+
+
+def test_an_empty_training_source_is_named_before_the_teacher_runs(tiny_data, tmp_path):
+    """Data binarized by other tools may hold an EOS-only source: the fairseq backend would
+    invent a hypothesis for it, CTranslate2 would return none (issue 32.3)."""
+    from fairseq_distill.seqkd import check_sources_not_empty
+
+    check_sources_not_empty(["a b", "c"], "data-bin", "train")
+    with pytest.raises(DistillError, match=r"data-bin \(train\): sentence 1 has an empty source \(2 such "
+                                           r"sentence\(s\), ids 1, 3\)"):
+        check_sources_not_empty(["a b", "", "c", " "], "data-bin", "train")
 
 
 def test_source_lines_longer_than_the_teacher_accepts_are_named(tiny_data, tmp_path):

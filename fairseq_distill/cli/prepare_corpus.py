@@ -38,7 +38,7 @@ import time
 from fairseq_distill.cli.common import run_cli
 from fairseq_distill.errors import DistillError
 from fairseq_distill.segmentation import META_FILE, Segmenter, normalize_whitespace
-from fairseq_distill.textfiles import ERRORS, file_sha256, read_lines
+from fairseq_distill.textfiles import ERRORS, blank_line_numbers, file_sha256, read_lines
 
 # what a rerun compares (besides the inputs), with the option that sets it
 RECORDED_OPTIONS = {"source_lang": "--source-lang", "target_lang": "--target-lang", "bpe": "--bpe",
@@ -73,11 +73,12 @@ def load_split(src_path, tgt_path, split, errors="strict"):
     if not src_lines:
         raise DistillError(f"empty corpus: {src_path} and {tgt_path} have no lines")
     for side_path, lines in ((src_path, src_lines), (tgt_path, tgt_lines)):
-        blank = [i + 1 for i, line in enumerate(lines) if not line.strip()]
+        blank = blank_line_numbers(lines)
         if blank:
             raise DistillError(
-                f"{side_path} has {len(blank)} blank line(s) (first at line {blank[0]}); "
-                f"remove those sentence pairs from both sides first"
+                f"{side_path} has {len(blank)} blank line(s) or line(s) empty after normalisation "
+                f"(first at line {blank[0]}: {lines[blank[0] - 1]!r}; only whitespace, control or "
+                f"zero-width characters); remove those sentence pairs from both sides first"
             )
     return src_lines, tgt_lines
 
@@ -275,8 +276,16 @@ def prepare(args):
     print(f"[prepare] learned a joint {args.bpe} model (size {args.vocab_size})")
 
     for name, (src_lines, tgt_lines) in data.items():
-        write_lines(os.path.join(tok_dir, f"{name}.{src}"), encode(src_lines))
-        write_lines(os.path.join(tok_dir, f"{name}.{tgt}"), encode(tgt_lines))
+        for lang, lines in ((src, src_lines), (tgt, tgt_lines)):
+            pieces = encode(lines)
+            # a line the subword model's own normalisation empties would binarize as </s> alone
+            empty = [i + 1 for i, p in enumerate(pieces) if not p.strip()]
+            if empty:
+                raise DistillError(
+                    f"{inputs[name][lang]} has {len(empty)} line(s) empty after normalisation by the "
+                    f"{args.bpe} model (first at line {empty[0]}: {lines[empty[0] - 1]!r}); remove those "
+                    f"sentence pairs from both sides first")
+            write_lines(os.path.join(tok_dir, f"{name}.{lang}"), pieces)
 
     fairseq_preprocess(src, tgt, tok_dir, bin_dir, test_names, args.workers)
     sizes = {name: len(lines[0]) for name, lines in data.items()}

@@ -29,7 +29,7 @@ POST_PROCESS = {"sentencepiece": "sentencepiece", "subword_nmt": "subword_nmt"}
 def read_references(data_bin, subset, meta, result):
     if meta and subset in meta.get("raw", {}):
         path = os.path.join(data_bin, meta["raw"][subset][meta["target_lang"]])
-        return read_lines(path, what="references"), path
+        return read_lines(path, what="references", offers_replace=False), path
     n = len(result.references)
     return [result.references[i] for i in range(n)], "target side of the binarized test set"
 
@@ -123,7 +123,7 @@ def evaluate_backends(checkpoint, data_bin, ct2_dirs, subset="test", options=Non
     meta = load_meta(data_bin)
     if not meta or subset not in meta.get("raw", {}):
         raise DistillError(f"{data_bin} keeps no raw '{subset}' text (prepare it with prepare_corpus)")
-    sources = read_lines(os.path.join(data_bin, meta["raw"][subset][meta["source_lang"]]), what="sources")
+    sources = read_lines(os.path.join(data_bin, meta["raw"][subset][meta["source_lang"]]), what="sources", offers_replace=False)
     refs, _ = read_references(data_bin, subset, meta, None)
     segmenter = Segmenter.from_dir(data_bin)
     backends = [("fairseq (float32)", FairseqTranslator(checkpoint, data_bin, options),

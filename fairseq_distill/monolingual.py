@@ -51,7 +51,7 @@ def made_from(directory: str) -> Optional[str]:
 
 def read_source(path: str, data_bin: str, max_positions: Optional[int] = None):
     """The lines of ``path`` as space-joined subword pieces, checked."""
-    lines = read_lines(path, what="--source ")
+    lines = read_lines(path, what="--source ", offers_replace=False)
     if not lines:
         raise DistillError(f"--source {path} has no lines")
     empty = blank_line_numbers(lines)

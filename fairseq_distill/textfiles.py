@@ -51,11 +51,13 @@ def read_bytes(path: str, what: str = "") -> bytes:
                            f"fetch or compress it again") from e
 
 
-def split_lines(data: bytes, path: str = STDIN, errors: str = "strict", warn=None) -> List[str]:
+def split_lines(data: bytes, path: str = STDIN, errors: str = "strict", warn=None,
+                offers_replace: bool = True) -> List[str]:
     """Decode UTF-8 ``data`` and split it into lines at ``\\n`` only (see the module docstring).
 
     With ``errors="replace"``, ``warn`` (if given) is called once with a message naming the
-    first line that had invalid bytes."""
+    first line that had invalid bytes. ``offers_replace``: whether the calling command has
+    ``--errors replace`` to suggest (otherwise the message says how to clean the file)."""
     if errors not in ERRORS:
         raise DistillError(f"unknown --errors '{errors}'; choose one of {', '.join(ERRORS)}")
     try:
@@ -67,10 +69,11 @@ def split_lines(data: bytes, path: str = STDIN, errors: str = "strict", warn=Non
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
         bad = data[e.start:e.end].hex(" ")
         if errors == "strict":
+            other = ("pass --errors replace to read invalid bytes as U+FFFD" if offers_replace else
+                     "drop the invalid bytes (iconv -c -f UTF-8 -t UTF-8 FILE > FIXED)")
             raise DistillError(
                 f"{describe(path)}: line {line} is not valid UTF-8 (byte {column} of the line: "
-                f"{bad}); convert the file to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8), or pass "
-                f"--errors replace to read invalid bytes as U+FFFD") from e
+                f"{bad}); convert the file to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8), or {other}") from e
         text = data.decode("utf-8", "replace")
         if warn is not None:
             warn(f"{describe(path)}: invalid UTF-8 replaced by U+FFFD (first at line {line})")
@@ -98,9 +101,10 @@ def blank_line_numbers(lines: List[str]) -> List[int]:
     return [i + 1 for i, line in enumerate(lines) if is_blank(line)]
 
 
-def read_lines(path: str, errors: str = "strict", warn=None, what: str = "") -> List[str]:
-    """The lines of a UTF-8 text file (``.gz`` decompressed, ``-`` standard input)."""
-    return split_lines(read_bytes(path, what), path, errors, warn)
+def read_lines(path: str, errors: str = "strict", warn=None, what: str = "", offers_replace: bool = True) -> List[str]:
+    """The lines of a UTF-8 text file (``.gz`` decompressed, ``-`` standard input);
+    ``offers_replace`` as in :func:`split_lines`."""
+    return split_lines(read_bytes(path, what), path, errors, warn, offers_replace)
 
 
 def file_sha256(path: str) -> str:

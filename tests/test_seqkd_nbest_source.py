@@ -92,6 +92,17 @@ def test_source_lines_empty_after_normalisation_are_named_like_blank_ones(tiny_d
         read_source(str(path), tiny_data)
 
 
+def test_invalid_utf8_in_the_source_gets_advice_fsd_seqkd_can_follow(tiny_data, tmp_path):
+    """fsd-seqkd has no --errors option: the message must not offer it (issue 32.6)."""
+    path = tmp_path / "mono.de"
+    path.write_bytes(b"Ein Hund.\nEine Fra\xfc.\n")
+    with pytest.raises(DistillError) as raised:
+        read_source(str(path), tiny_data)
+    message = str(raised.value)
+    assert "line 2 is not valid UTF-8" in message and "--errors" not in message
+    assert "iconv -f LATIN1 -t UTF-8" in message and "iconv -c -f UTF-8 -t UTF-8" in message
+
+
 def test_an_empty_training_source_is_named_before_the_teacher_runs(tiny_data, tmp_path):
     """Data binarized by other tools may hold an EOS-only source: the fairseq backend would
     invent a hypothesis for it, CTranslate2 would return none (issue 32.3)."""

@@ -42,9 +42,9 @@ def main(argv=None):
     def body():
         if args.samples < 0:
             raise DistillError(f"--samples must be >= 0, got {args.samples}")
-        refs = read_lines(args.references, what="references")
-        baseline = (args.baseline[0], read_lines(args.baseline[1], what=f"baseline {args.baseline[0]}"))
-        systems = [(name, read_lines(path, what=f"system {name}")) for name, path in args.system]
+        refs = read_lines(args.references, what="references", offers_replace=False)
+        baseline = (args.baseline[0], read_lines(args.baseline[1], what=f"baseline {args.baseline[0]}", offers_replace=False))
+        systems = [(name, read_lines(path, what=f"system {name}", offers_replace=False)) for name, path in args.system]
         comparison = paired_significance(baseline, systems, refs, args.test, args.samples)
         if args.json:
             with open(args.json, "w", encoding="utf-8") as f:

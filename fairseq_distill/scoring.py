@@ -76,7 +76,8 @@ def paired_significance(baseline: Tuple[str, Sequence[str]], systems: Sequence[T
     # sacreBLEU keys its output by display name (BLEU, chrF2, chrF2++), in our metrics' order
     shown = dict(zip(metrics(), [k for k in table if k != "System"]))
     out = {"test": test, "samples": paired.n_samples, "seed": paired._seed, "baseline": baseline[0],
-           "signatures": {k: str(signatures[shown[k]]) for k in shown}, "systems": {}}
+           "signatures": {k: str(signatures[shown[k]]) for k in shown}, "systems": {},
+           "baseline_scores": {key: rounded_scores(table[display][0]) for key, display in shown.items()}}
     for column, name in enumerate(table["System"][1:], start=1):
         out["systems"][name] = {}
         for key, display in shown.items():
@@ -93,11 +94,24 @@ def paired_significance(baseline: Tuple[str, Sequence[str]], systems: Sequence[T
     return out
 
 
+def rounded_scores(result) -> dict:
+    """A sacreBLEU paired-test result's score, and its resampled mean and 95% half-width."""
+    return {"score": round(float(result.score), 2),
+            "mean": None if result.mean is None else round(float(result.mean), 2),
+            "ci": None if result.ci is None else round(float(result.ci), 2)}
+
+
 def markdown(comparison: dict) -> List[str]:
-    """A table: one row per system, Δ and p per metric; † marks p ≥ 0.05 (not significant)."""
+    """A table: the baseline's own scores, then one row per system, Δ and p per metric; † marks
+    p ≥ 0.05 (not significant)."""
     keys = list(comparison["signatures"])
     head = "| system | " + " | ".join(f"{k} (Δ, p)" for k in keys) + " |"
     lines = [head, "|---|" + "---|" * len(keys)]
+    base = comparison.get("baseline_scores")  # absent from comparisons recorded before it was kept
+    if base:
+        cells = [f"{base[k]['score']:.2f}" + (f" ± {base[k]['ci']:.2f}" if base[k]["ci"] is not None else "")
+                 for k in keys]
+        lines.append(f"| {comparison['baseline']} (baseline) | " + " | ".join(cells) + " |")
     for name, scores in comparison["systems"].items():
         cells = []
         for k in keys:

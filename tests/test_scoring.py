@@ -37,6 +37,11 @@ def test_a_clearly_better_system_is_significant_and_an_identical_one_is_not():
     assert result["samples"] == 1000 and "bs:1000" in result["signatures"]["bleu"]
     rows = {line.split(" | ")[0]: line for line in markdown(result) if line.startswith("| ")}
     assert rows["| same"].count(" †") == 3 and " †" not in rows["| better"]  # marks: not significant
+    # the baseline's own scores come first (issue 32.11), as sacreBLEU scores it
+    base_bleu = round(sacrebleu.corpus_bleu(WORSE, [REFS]).score, 2)
+    assert result["baseline_scores"]["bleu"]["score"] == base_bleu
+    assert list(rows)[1] == "| base (baseline)" and f"{base_bleu:.2f}" in rows["| base (baseline)"]
+    assert "Δ" not in rows["| base (baseline)"] and "p =" not in rows["| base (baseline)"]
 
 
 def test_randomization_test_and_errors():

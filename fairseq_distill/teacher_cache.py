@@ -107,18 +107,24 @@ def offsets_from_sizes(sizes) -> np.ndarray:
     return offsets
 
 
+def load_array(directory: str, name: str, mmap_mode=None) -> np.ndarray:
+    path = os.path.join(directory, name)
+    try:
+        return np.load(path, mmap_mode=mmap_mode)
+    except (OSError, ValueError) as e:
+        raise DistillError(f"teacher cache '{directory}' is incomplete or damaged: {path}: {e}; make it "
+                           f"again with fsd-cache-teacher") from e
+
+
 class TeacherCache:
     """A finished cache, opened read-only; :meth:`lookup` gives a batch's rows."""
 
     def __init__(self, directory: str):
         self.directory = directory
         self.meta = CacheMeta.load(directory)
-        try:
-            self.offsets = np.load(os.path.join(directory, OFFSETS_FILE))
-            self.log_probs = np.load(os.path.join(directory, LOG_PROBS_FILE), mmap_mode="r")
-            self.indices = np.load(os.path.join(directory, INDICES_FILE), mmap_mode="r")
-        except (OSError, ValueError) as e:
-            raise DistillError(f"teacher cache '{directory}' is incomplete or damaged: {e}") from e
+        self.offsets = load_array(directory, OFFSETS_FILE)
+        self.log_probs = load_array(directory, LOG_PROBS_FILE, mmap_mode="r")
+        self.indices = load_array(directory, INDICES_FILE, mmap_mode="r")
         expected = (self.meta.tokens, self.meta.top_k)
         if (len(self.offsets) != self.meta.sentences + 1 or self.log_probs.shape != expected
                 or self.indices.shape != expected):

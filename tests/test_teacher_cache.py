@@ -256,3 +256,17 @@ def test_a_cache_of_another_teacher_beside_teacher_path_is_refused(tiny_data, ti
     assert f"word_kd reads the cache of {os.path.abspath(tiny_teacher)}" in caplog.text
     assert f"ckd runs {os.path.abspath(deep_teacher)}" in caplog.text
     build_with(tiny_teacher)  # the cache's own teacher
+
+
+def test_a_truncated_cache_file_is_named(cache_k8, tmp_path):
+    """issue 32.8: the message names the damaged file, not only the directory."""
+    from fairseq_distill.teacher_cache import LOG_PROBS_FILE
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(cache_k8.directory, damaged)
+    path = damaged / LOG_PROBS_FILE
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(DistillError) as raised:
+        TeacherCache(str(damaged))
+    assert str(path) in str(raised.value) and "fsd-cache-teacher" in str(raised.value)

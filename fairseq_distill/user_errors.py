@@ -12,15 +12,35 @@ Python's usual report.
 import os
 import sys
 
-from fairseq_distill.errors import DistillError
+from fairseq_distill.errors import OTHER_DISTILL_OPTIONS, DistillError
+
+
+# fairseq loads a criterion's state only if the criterion has parameters (Trainer.load_checkpoint),
+# so a run resumed with options under which the criterion has none (e.g. a layer map of single
+# teacher layers at the student's width) never reaches the criterion's own check; torch then
+# refuses the optimizer state. The model loaded strictly before that, so the difference is in the
+# criterion's parameters: say so, with the remedy.
+OPTIMIZER_GROUP_MISMATCH = "doesn't match the size of optimizer's group"
+
+
+def translated(exc):
+    """A DistillError for a foreign error whose cause is a user's option, else None."""
+    if isinstance(exc, ValueError) and OPTIMIZER_GROUP_MISMATCH in str(exc):
+        return DistillError(f"the checkpoint's optimizer state holds another number of parameters than "
+                            f"this run builds: {OTHER_DISTILL_OPTIONS}")
+    return None
 
 
 def find_user_error(exc):
-    """The DistillError in ``exc``'s chain of causes and contexts, if any."""
+    """The DistillError in ``exc``'s chain of causes and contexts (or one that a known foreign
+    error there stands for), if any."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, DistillError):
             return exc
+        error = translated(exc)
+        if error is not None:
+            return error
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None

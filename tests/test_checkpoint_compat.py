@@ -77,3 +77,32 @@ def test_analysis_reads_the_projection_side_from_an_old_checkpoint():
     matrices = average_alp_weights(os.path.join(FIXTURES, "alp_kd.pt"), data=DATA, teacher_path=TEACHER)
     for row in matrices["encoder"]:
         assert sum(row["weights"]) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_resuming_with_a_map_that_needs_no_parameters_names_the_remedy(tiny_data, deep_teacher, tmp_path):
+    """issue 32.9: a ckd run at the teacher's width with map '1,2' learns a fused map; resumed
+    with map '2' the criterion has no parameters, so fairseq skips loading its state and torch
+    refuses the optimizer state with a ValueError. The plugin's error hook says what happened
+    and what to pass instead, without a traceback."""
+    from helpers import train_argv, transformer_flags
+    from fairseq_distill.trainer_setup import build_training
+    from fairseq_distill.user_errors import find_user_error
+
+    same_width = transformer_flags(1, 1, 24, 48)
+
+    def trainer_with(layer_map):
+        argv = train_argv(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
+                          "--layer-map", layer_map, "--save-dir", str(tmp_path), criterion="ckd",
+                          model=same_width)
+        return build_training(argv)[-1]
+
+    first = trainer_with("1,2")
+    first.train_step([first_batch(first.task)])
+    first.consolidate_optimizer()  # as checkpoint_utils.save_checkpoint does
+    first.save_checkpoint(str(tmp_path / "checkpoint_last.pt"), {})
+    with pytest.raises(Exception) as raised:
+        trainer_with("2").load_checkpoint(str(tmp_path / "checkpoint_last.pt"))
+    error = find_user_error(raised.value)
+    assert error is not None, repr(raised.value)
+    assert "the checkpoint's distillation parameters were trained with other options" in str(error)
+    assert "--reset-distill-parameters --reset-optimizer" in str(error)

@@ -31,7 +31,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from torch import Tensor
 
 from fairseq_distill.criterions.options import DistillConfig
-from fairseq_distill.errors import DistillError
+from fairseq_distill.errors import OTHER_DISTILL_OPTIONS, DistillError
 from fairseq_distill.features import FeatureRequest, Features, run_with_features, unwrap_model
 from fairseq_distill.terms import AttentionKDTerm, LayerKDTerm, TermContext, WordKDTerm
 from fairseq_distill.terms.base import batch_sample_size
@@ -254,11 +254,7 @@ def other_side_projection(key: str, ours, saved, project: Optional[str]) -> str:
 
 
 def check_criterion_state(ours: dict, saved: dict, layer_project: Optional[str] = None):
-    advice = ("the checkpoint's distillation parameters were trained with other options (--criterion, "
-              "--distill-terms, --layer-map, --kd-side, --a2d-attention-types or another teacher shape). "
-              "Resume with the options it was trained with, start a new --save-dir, or pass "
-              "--reset-distill-parameters --reset-optimizer to start from its model weights with these "
-              "parameters, the optimizer and the update count afresh")
+    advice = OTHER_DISTILL_OPTIONS
     missing, unexpected = sorted(set(ours) - set(saved)), sorted(set(saved) - set(ours))
     if missing or unexpected:
         raise DistillError(f"criterion parameters do not match: missing from the checkpoint "

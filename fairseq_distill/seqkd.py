@@ -210,6 +210,20 @@ def generate_ctranslate2(args, inputs: Inputs, teacher):
     return nbest, result.seconds, stats
 
 
+def finished_shard(args, settings: dict) -> bool:
+    """Whether shard ``args.shard_id``'s file is complete (written whole, then renamed) and was
+    decoded with ``settings``: a rerun keeps it instead of decoding it again."""
+    path = shard_path(args.work, args.shard_id, args.num_shards)
+    if not os.path.isfile(path):
+        return False
+    with open(path, encoding="utf-8") as f:
+        try:
+            header = json.loads(f.readline())
+        except ValueError:
+            return False
+    return header.get("settings") == json.loads(json.dumps(settings))
+
+
 def generate_shard(args, src, tgt, inputs: Inputs, settings: dict, teacher=None):
     """Decode shard ``args.shard_id`` and write its file: a header line (``settings``, counts),
     then one record per sentence: ``{"id", "hyp"}``, plus ``"nbest"`` (best first) when N > 1."""
@@ -495,6 +509,10 @@ def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
         started = time.time()
         for shard_id in shard_ids:
             args.shard_id = shard_id
+            if finished_shard(args, settings):
+                print(f"[seqkd] shard {shard_id}/{args.num_shards}: kept from an earlier run with the same "
+                      f"settings ({shard_path(args.work, shard_id, args.num_shards)})")
+                continue
             generate_shard(args, src, tgt, inputs, settings, teacher)
         decode_seconds = time.time() - started
         if len(shard_ids) != args.num_shards:

@@ -104,6 +104,19 @@ def shard_prefix(job: CacheJob, shard_id: int) -> str:
     return os.path.join(job.out, "shards", f"shard{shard_id}-of-{job.num_shards}")
 
 
+def finished_shard(job: CacheJob, shard_id: int) -> bool:
+    """Whether the shard's ``.done`` record (written last) exists, from these settings and
+    teachers (by SHA-256): a rerun keeps such a shard."""
+    done = shard_prefix(job, shard_id) + ".done"
+    if not os.path.isfile(done):
+        return False
+    with open(done) as f:
+        record = json.load(f)
+    return (record.get("settings") == json.loads(json.dumps(job.settings()))
+            and record.get("data") == os.path.abspath(job.data)
+            and record.get("teacher_digests") == [file_sha256(p) for p in job.teacher.split(":")])
+
+
 def make_shard(job: CacheJob, task, dataset, shard_id: int) -> dict:
     """Run the teachers over one shard's batches and append their top-k rows to its files."""
     from fairseq_distill.teacher import TeacherEnsemble
@@ -115,9 +128,12 @@ def make_shard(job: CacheJob, task, dataset, shard_id: int) -> dict:
     device = torch.device("cuda" if torch.cuda.is_available() and not job.cpu else "cpu")
     for model in teachers.models:
         model.to(device)
+    # disable_iterator_cache: fairseq would hand every later shard of this process the first
+    # shard's iterator (it caches one per dataset)
     itr = task.get_batch_iterator(dataset, max_tokens=job.max_tokens, num_shards=job.num_shards,
                                   shard_id=shard_id, required_batch_size_multiple=1,
-                                  ignore_invalid_inputs=False).next_epoch_itr(shuffle=False)
+                                  ignore_invalid_inputs=False,
+                                  disable_iterator_cache=True).next_epoch_itr(shuffle=False)
     prefix = shard_prefix(job, shard_id)
     os.makedirs(os.path.dirname(prefix), exist_ok=True)
     value_type, idx_type = np.dtype(job.dtype), index_dtype(vocab)
@@ -147,6 +163,7 @@ def make_shard(job: CacheJob, task, dataset, shard_id: int) -> dict:
     bar.close()
     seconds = time.time() - started
     record = {"ids": ids, "tokens": tokens, "seconds": round(seconds, 1), "settings": job.settings(),
+              "data": os.path.abspath(job.data),
               "teachers": [os.path.abspath(p) for p in teachers.paths],
               "teacher_digests": [file_sha256(p) for p in teachers.paths], "vocab_size": vocab}
     with open(prefix + ".done.tmp", "w") as f:
@@ -251,6 +268,10 @@ def make_teacher_cache(job: CacheJob) -> Optional[CacheMeta]:
             raise DistillError("--teacher is required to make a cache (or pass --merge to merge shards)")
         shard_ids = [job.shard_id] if job.shard_id is not None else range(job.num_shards)
         for shard_id in shard_ids:
+            if finished_shard(job, shard_id):
+                print(f"[cache] shard {shard_id}/{job.num_shards}: kept from an earlier run with the same "
+                      f"settings and teacher ({shard_prefix(job, shard_id)}.done)", file=sys.stderr)
+                continue
             make_shard(job, task, dataset, shard_id)
         if len(shard_ids) != job.num_shards:
             return None  # one shard of many: merge later

@@ -157,3 +157,17 @@ def test_missing_corpus_file(tmp_path, raw):
     os.remove(raw / "valid.en")
     proc = prepare(tmp_path, raw)
     assert proc.returncode != 0 and "no file for language 'en' with prefix" in proc.stdout
+
+
+def test_ctrl_c_in_a_command_prints_one_line_saying_what_was_kept(capsys):
+    """issue 32.7: no KeyboardInterrupt traceback; exit status 130 as shells report Ctrl-C."""
+    from fairseq_distill.cli.common import run_cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as raised:
+        run_cli("seqkd", interrupted, on_interrupt="the shards finished so far are kept")
+    assert raised.value.code == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "seqkd: interrupted; the shards finished so far are kept" and "Traceback" not in err

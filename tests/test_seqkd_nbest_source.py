@@ -162,3 +162,16 @@ def test_merge_needs_the_subset_and_source_the_shards_translated(tmp_path):
         check_source_matches(recorded, SimpleNamespace(source=str(mono), subset="train"))
     with pytest.raises(DistillError, match="the shards translated --subset valid, not train: pass --subset valid"):
         check_source_matches({"subset": "valid", "source": None}, SimpleNamespace(source=None, subset="train"))
+
+
+def test_a_rerun_keeps_the_shards_decoded_with_the_same_settings(tmp_path):
+    """issue 32.7: fsd-seqkd resumes: a complete shard file of the same settings is kept."""
+    from fairseq_distill.seqkd import finished_shard
+
+    settings = {"backend": "fairseq", "beam": 4, "nbest": 1, "source": None, "teacher": [{"name": "t.pt", "size": 3}]}
+    args = SimpleNamespace(work=str(tmp_path), num_shards=2, shard_id=1)
+    assert not finished_shard(args, settings)
+    write_shard(tmp_path, 1, 2, settings, [{"id": 1, "hyp": "x"}])
+    assert finished_shard(args, settings)
+    assert not finished_shard(args, dict(settings, beam=5))
+    assert not finished_shard(SimpleNamespace(work=str(tmp_path), num_shards=2, shard_id=0), settings)

@@ -270,3 +270,30 @@ def test_a_truncated_cache_file_is_named(cache_k8, tmp_path):
     with pytest.raises(DistillError) as raised:
         TeacherCache(str(damaged))
     assert str(path) in str(raised.value) and "fsd-cache-teacher" in str(raised.value)
+
+
+def test_a_rerun_keeps_the_shards_already_made(tiny_data, tiny_teacher, cache_k8, tmp_path, capsys):
+    """Interrupted cache builds go on where they stopped (issue 32.7): a finished shard of the
+    same settings, data and teacher is kept, not made again; the merged cache is the same."""
+    out = tmp_path / "cache"
+    make_teacher_cache(CacheJob(data=tiny_data, out=str(out), teacher=tiny_teacher, cpu=True, max_tokens=800,
+                                top_k=8, num_shards=2, shard_id=0))  # then "interrupted"
+    capsys.readouterr()
+    cache = make_cache(tiny_data, tiny_teacher, out, top_k=8, num_shards=2)
+    err = capsys.readouterr().err
+    assert "shard 0/2: kept from an earlier run" in err and "[cache] shard 1/2: " in err
+    assert "[cache] shard 0/2: " not in err.replace("shard 0/2: kept", "")
+    assert (cache.log_probs == cache_k8.log_probs).all() and (cache.indices == cache_k8.indices).all()
+    # a shard of other settings is made again
+    make_teacher_cache(CacheJob(data=tiny_data, out=str(out), teacher=tiny_teacher, cpu=True, max_tokens=800,
+                                top_k=8, num_shards=2, shard_id=0))
+    capsys.readouterr()
+    make_cache(tiny_data, tiny_teacher, out, top_k=8, num_shards=2, temperature=2.0)
+    assert "kept from an earlier run" not in capsys.readouterr().err
+
+
+def test_all_shards_in_one_call_equal_one_pass(tiny_data, tiny_teacher, cache_k8, tmp_path):
+    """--num-shards N without --shard-id makes every shard in one process: each must get its own
+    batches (fairseq caches one batch iterator per dataset, which handed shard 1 shard 0's)."""
+    cache = make_cache(tiny_data, tiny_teacher, tmp_path / "all", top_k=8, num_shards=2)
+    assert (cache.offsets == cache_k8.offsets).all() and (cache.indices[:] == cache_k8.indices[:]).all()

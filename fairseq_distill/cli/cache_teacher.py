@@ -45,7 +45,9 @@ def build_parser():
 
 def main(argv=None):
     job = CacheJob(**vars(build_parser().parse_args(argv)))
-    run_cli("cache-teacher", lambda: make_teacher_cache(job))
+    run_cli("cache-teacher", lambda: make_teacher_cache(job),
+            on_interrupt="the shards finished so far are kept in OUT/shards; run the same command again "
+                         "to make only the others and merge")
 
 
 if __name__ == "__main__":

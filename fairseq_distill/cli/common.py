@@ -12,9 +12,17 @@ from fairseq_distill.errors import DistillError
 T = TypeVar("T")
 
 
-def run_cli(prog: str, body: Callable[[], T]) -> T:
-    """Call ``body()``; on a user error print ``PROG: error: ...`` and exit with status 1."""
+# exit status of a program ended by Ctrl-C (128 + SIGINT), as shells report it
+INTERRUPTED = 130
+
+
+def run_cli(prog: str, body: Callable[[], T], on_interrupt: str = "") -> T:
+    """Call ``body()``; on a user error print ``PROG: error: ...`` and exit with status 1. On
+    Ctrl-C print one line, ``on_interrupt`` (what was kept and how to go on), and exit 130."""
     try:
         return body()
     except DistillError as e:
         sys.exit(f"{prog}: error: {e}")
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted; {on_interrupt or 'nothing of this run is kept'}", file=sys.stderr)
+        sys.exit(INTERRUPTED)

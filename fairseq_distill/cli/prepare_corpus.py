@@ -338,7 +338,9 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     # nothing returned: the console script passes main()'s value to sys.exit
-    run_cli("prepare_corpus", lambda: prepare(args))
+    run_cli("prepare_corpus", lambda: prepare(args),
+            on_interrupt="the output directory is incomplete (it has no bin/fairseq_distill.json yet); "
+                         "run the same command again to prepare it afresh")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,11 @@
 Importing the package registers its tasks, criterions and models with fairseq
 (fairseq auto-imports ``tasks/`` and ``models/`` of a user dir, but not ``criterions/``).
 """
-from fairseq_distill import compat  # noqa: F401  (must come first: checkpoint loading on torch >= 2.6)
-from fairseq_distill import criterions, models, tasks, user_errors  # noqa: F401
+from fairseq_distill import quiet
+
+quiet.install()  # before fairseq is imported below: its tasks log on import
+from fairseq_distill import compat  # noqa: E402,F401  (first of the rest: checkpoint loading on torch >= 2.6)
+from fairseq_distill import criterions, models, tasks, user_errors  # noqa: E402,F401
 
 user_errors.install()
 

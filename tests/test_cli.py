@@ -93,3 +93,23 @@ def test_subword_nmt_preparation_is_lossless(tmp_path):
     meta = json.load(open(out / "bin" / "fairseq_distill.json"))
     assert meta["bpe"] == "subword_nmt" and os.path.isfile(out / "bin" / "bpe.codes")
     assert meta["sizes"] == {"train": 200, "valid": 10, "test": 10}
+
+
+def test_plugin_commands_and_training_logs_carry_no_library_noise(tiny_data, tiny_teacher, tmp_path):
+    """issue 32.10: no tensorboardX hint, no hydra or torch deprecation warnings in the plugin's
+    commands and in a training log with the plugin; real warnings still show."""
+    noise = ("tensorboardX", "hydra.experimental", "version_base", "key_padding_mask", "pin_memory",
+             "strict flag in the compose API", "ConfigStore schema", "torch.cuda.amp.autocast")
+    out = train_student(tiny_data, tiny_teacher, str(tmp_path / "student"))
+    cache = run(python_module("fairseq_distill.cli.cache_teacher", "--teacher", tiny_teacher, "--data", tiny_data,
+                              "--top-k", "4", "--out", str(tmp_path / "cache"), "--cpu")).stdout
+    help_text = run(python_module("fairseq_distill.cli.compare", "--help")).stdout
+    for text in (cache, help_text):
+        assert not [n for n in noise if n in text], [n for n in noise if n in text]
+    # fairseq-train imports fairseq's tasks (and logs the tensorboardX hint) before it loads the
+    # plugin; everything after that is clean
+    assert not [n for n in noise[1:] if n in out], [n for n in noise[1:] if n in out]
+    assert "num_updates 4" in out  # the log itself is intact
+    proc = run([os.path.join(os.path.dirname(__import__("sys").executable), "python"), "-c",
+                "import warnings, fairseq_distill; warnings.warn('a real warning')"], check=False)
+    assert "a real warning" in proc.stdout

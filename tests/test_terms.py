@@ -131,3 +131,27 @@ def test_resuming_a_teacher_side_projection_names_the_side(tmp_path, criterion):
     train(tmp_path, "--criterion", criterion, "--layer-project", "teacher", "--max-update", "4")
     state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == 4
+
+
+@pytest.mark.parametrize("preset,terms", [("word_kd", "word_kd"), ("ckd", "word_kd,ckd"), ("pkd", "word_kd,pkd"),
+                                          ("alp_kd", "word_kd,alp_kd"), ("a2d", "word_kd,a2d")])
+def test_a_preset_and_distill_with_its_terms_train_alike_with_equal_flags(preset, terms, tiny_data, deep_teacher):
+    """issue 31.2.1: no --label-smoothing given, every criterion smooths by 0.1 (Vaswani et al.,
+    whom the papers follow), so a preset equals distill with its terms, flag for flag."""
+    from fairseq_distill.trainer_setup import build_task_and_model
+    from helpers import PACKAGE_DIR, TINY_MODEL, TRAIN_FLAGS
+
+    i = TRAIN_FLAGS.index("--label-smoothing")
+    flags = TRAIN_FLAGS[:i] + TRAIN_FLAGS[i + 2:]
+    losses = {}
+    for name, extra in ((preset, []), ("distill", ["--distill-terms", terms])):
+        argv = [tiny_data, "--user-dir", PACKAGE_DIR, "--criterion", name, *flags, *TINY_MODEL, "--dropout", "0",
+                "--task", "translation_distill", "--teacher-path", deep_teacher, *extra]
+        cfg, task, model = build_task_and_model(argv)
+        assert cfg.criterion.label_smoothing == 0.1
+        criterion = task.build_criterion(cfg.criterion)
+        model.train()
+        torch.manual_seed(0)
+        loss, _, logs = criterion(model, first_batch(task))
+        losses[name] = (loss.item(), logs["ce_loss"].item())
+    assert losses[preset] == pytest.approx(losses["distill"], rel=1e-6)

@@ -30,6 +30,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from torch import Tensor
 
+from fairseq_distill.collapse import CollapseWatch
 from fairseq_distill.criterions.options import DistillConfig
 from fairseq_distill.errors import OTHER_DISTILL_OPTIONS, DistillError
 from fairseq_distill.features import FeatureRequest, Features, run_with_features, unwrap_model
@@ -118,6 +119,9 @@ class DistillationCriterion(LabelSmoothedCrossEntropyCriterion):
         self.teachers = teachers  # not a module: never optimised, cast or saved
         self.terms = nn.ModuleDict(build_terms(names, cfg, context))
         self.explicit_ce_weight = cfg.ce_weight
+        # absent from the stored options of checkpoints written before the check existed
+        self.collapse_watch = CollapseWatch(window=getattr(cfg, "collapse_window", 100),
+                                            stop=getattr(cfg, "stop_on_collapse", False))
         self.reset_parameters_on_load = cfg.reset_distill_parameters
         shared = sum(t.weight for t in self.terms.values() if t.shares_ce_budget)
         if self.explicit_ce_weight is None and shared > 1:

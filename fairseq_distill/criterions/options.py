@@ -18,6 +18,15 @@ class CommonOptions:
         metadata={"help": "weight of the label-smoothed CE (default: 1 − the weights of word-level "
                   "and layer KD; attention KD comes on top)"},
     )
+    collapse_window: int = field(
+        default=100,
+        metadata={"help": "check every N updates whether a layer or attention KD term is collapsing "
+                  "(its loss vanishing while the training NLL stops improving) and warn, naming the "
+                  "term and the fix; 0 turns the check off"},
+    )
+    stop_on_collapse: bool = field(
+        default=False, metadata={"help": "end the run with that message instead of warning"}
+    )
     reset_distill_parameters: bool = field(
         default=False,
         metadata={"help": "when resuming, start the criterion's learned parameters (layer "
@@ -155,7 +164,10 @@ class AttentionKDOptions:
 # keep fairseq's own options at the top of --help
 @dataclass
 class WordKDConfig(WordKDOptions, CommonOptions, LabelSmoothedCrossEntropyCriterionConfig):
-    pass
+    # fairseq's default is 0.0; the papers follow Vaswani et al. (2017): 0.1, for every criterion
+    # alike, so that a preset and --criterion distill with its terms train alike on equal flags
+    label_smoothing: float = field(default=0.1, metadata={"help": "epsilon for label smoothing (the "
+                                                                  "papers' 0.1; 0 for none)"})
 
 
 @dataclass
@@ -185,7 +197,7 @@ class ALPKDConfig(ALPKDOptions, LayerKDConfig):
 
 @dataclass
 class A2DConfig(AttentionKDOptions, WordKDConfig):
-    label_smoothing: float = field(default=0.1, metadata={"help": "epsilon for label smoothing"})
+    pass
 
 
 @dataclass
@@ -195,7 +207,6 @@ class DistillConfig(AttentionKDOptions, ALPKDOptions, CKDOptions, LayerKDOptions
         metadata={"help": "comma list of terms to sum: word_kd, at most one layer-KD term (pkd, ckd, "
                   "alp_kd) and a2d, e.g. 'word_kd,ckd,a2d'"},
     )
-    label_smoothing: float = field(default=0.1, metadata={"help": "epsilon for label smoothing"})
     kd_weight: Optional[float] = field(
         default=None, metadata={"help": "η, weight of word-level KD (default: 0.1 with a layer-KD "
                                 "term, as in the CKD paper, else 0.5)"})

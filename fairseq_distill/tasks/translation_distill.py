@@ -81,6 +81,13 @@ class TranslationDistillTask(TranslationTask):
         if hasattr(target, "set_num_updates"):
             target.set_num_updates(update_num)
 
+    def reduce_metrics(self, logging_outputs, criterion):
+        super().reduce_metrics(logging_outputs, criterion)
+        # every update's statistics, summed over the workers: each worker decides alike
+        watch = getattr(self.criterion, "collapse_watch", None)
+        if watch is not None:
+            watch.observe(logging_outputs)
+
     def build_model(self, cfg, *args, **kwargs):
         model = super().build_model(cfg, *args, **kwargs)
         try:

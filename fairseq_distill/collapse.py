@@ -1,0 +1,124 @@
+"""Collapse detection: a layer or attention KD term that a learned map can satisfy without the
+student learning anything.
+
+When a learned projection sits on the teacher's side of a layer loss (or a student narrower
+than its teacher must match a target it shapes itself), the projection and the student can
+settle on one constant vector: the term's loss falls towards zero while the student stops
+improving at translation. The criterion's weights then reward the collapse (layer KD takes
+most of the loss), and the run ends far below training without KD.
+
+:class:`CollapseWatch` reads the training statistics fairseq aggregates every update (summed
+over data-parallel workers, so every worker decides alike) in windows of ``window`` updates,
+and flags a term when, in the same window:
+
+* its per-token value has fallen to at most ``fraction`` of the highest window value it had
+  (it "vanishes"), and
+* the training NLL per token has not improved by at least ``min_gain`` of its own over the
+  last ``patience`` windows, while it is still above ``nll_floor`` (the student has stopped
+  learning to translate; a healthy run whose layer loss falls keeps improving its NLL).
+
+A flagged term is logged once as a warning naming the term and the fix; with
+``--stop-on-collapse`` the run ends with that message (a
+:class:`~fairseq_distill.errors.DistillError`, one line, no traceback).
+"""
+import logging
+import math
+from typing import Dict, List, Optional
+
+from fairseq_distill.errors import DistillError
+
+logger = logging.getLogger(__name__)
+
+# the logged names (``<name>_loss``) of the terms a learned map can satisfy by collapsing
+WATCHED_TERMS = ("layer", "attn")
+# what to change, per term
+REMEDIES = {
+    "layer": "map the student's state instead of the teacher's (--layer-project student; for ckd also "
+             "--ckd-project student or --ckd-form released), or lower --layer-weight",
+    "attn": "lower --a2d-weight (or decay it faster with --a2d-decay-updates)",
+}
+
+
+class CollapseWatch:
+    def __init__(self, window: int = 100, fraction: float = 0.05, patience: int = 3, min_gain: float = 0.02,
+                 nll_floor: float = 1.0, stop: bool = False):
+        if window < 0:
+            raise DistillError(f"--collapse-window must be >= 0 (0 turns the check off), got {window}")
+        self.window, self.fraction, self.patience = window, fraction, patience
+        self.min_gain, self.nll_floor, self.stop = min_gain, nll_floor, stop
+        self.updates = 0
+        self.sums: Dict[str, float] = {}
+        self.history: Dict[str, List[float]] = {}  # per-token window means: "nll" and each term
+        self.flagged: Dict[str, str] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.window > 0
+
+    def observe(self, logging_outputs) -> Optional[str]:
+        """One update's aggregated logging outputs (fairseq's, after the workers' sum). Returns
+        the warning when a term is flagged in this update (once per term)."""
+        if not self.enabled:
+            return None
+        terms = [t for t in WATCHED_TERMS if any(f"{t}_loss" in log for log in logging_outputs)]
+        if not terms:
+            return None  # a validation step, or no term that can collapse
+        for log in logging_outputs:
+            for key in ["nll_loss", "ntokens", "sample_size"] + [f"{t}_loss" for t in terms]:
+                self.sums[key] = self.sums.get(key, 0.0) + float(log.get(key, 0) or 0)
+        self.updates += 1
+        if self.updates % self.window:
+            return None
+        sums, self.sums = self.sums, {}
+        self.record("nll", sums["nll_loss"] / max(sums["ntokens"], 1) / math.log(2))
+        for term in terms:
+            self.record(term, sums[f"{term}_loss"] / max(sums["sample_size"], 1) / math.log(2))
+        message = None
+        for term in terms:
+            if term not in self.flagged and self.collapsed(term):
+                self.flagged[term] = message = self.describe(term)
+                if self.stop:
+                    raise DistillError(message + " (--stop-on-collapse)")
+                logger.warning(message)
+        return message
+
+    def record(self, name: str, value: float):
+        self.history.setdefault(name, []).append(value)
+
+    def collapsed(self, term: str) -> bool:
+        values, nll = self.history[term], self.history["nll"]
+        if len(nll) <= self.patience:
+            return False
+        vanished = values[-1] <= self.fraction * max(values)
+        earlier = nll[-1 - self.patience]
+        stalled = nll[-1] > self.nll_floor and nll[-1] > earlier * (1 - self.min_gain)
+        return vanished and stalled
+
+    def describe(self, term: str) -> str:
+        values, nll = self.history[term], self.history["nll"]
+        return (f"the {term} KD term is collapsing after {self.updates} updates: its loss fell to "
+                f"{values[-1]:.4g}, {values[-1] / max(values):.1%} of its highest ({max(values):.4g}), while "
+                f"the training NLL stopped improving ({nll[-1 - self.patience]:.3f} -> {nll[-1]:.3f} over "
+                f"the last {self.patience * self.window} updates): a learned map lets the term vanish without "
+                f"the student learning from the teacher. Change it: {REMEDIES[term]}")
+
+
+def replay_log(text: str, window: int = 4, **options) -> Dict[str, str]:
+    """Run the check over a finished fairseq-train log (``--log-format simple``): each
+    ``train_inner`` line's ``nll_loss`` and term losses (already per token, base 2) count as one
+    update, so ``window`` counts log lines. Returns the flagged terms and their messages (what
+    the same run would have logged with a window of ``window`` log intervals)."""
+    watch = CollapseWatch(window=window, **options)
+    for line in text.splitlines():
+        if "| train_inner |" not in line:
+            continue
+        fields = dict(part.split("=", 1) for part in line.split("| train_inner |")[1].replace(",", " ").split()
+                      if "=" in part)
+        if "nll_loss" not in fields:
+            continue
+        log = {"nll_loss": float(fields["nll_loss"]) * math.log(2), "ntokens": 1, "sample_size": 1}
+        for term in WATCHED_TERMS:
+            if f"{term}_loss" in fields:
+                log[f"{term}_loss"] = float(fields[f"{term}_loss"]) * math.log(2)
+        watch.observe([log])
+    return dict(watch.flagged)

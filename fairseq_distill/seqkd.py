@@ -456,6 +456,18 @@ def check_sources_not_empty(sources, data: str, subset: str):
             f"prepare it again (fsd-prepare-corpus refuses blank lines and lines empty after normalisation)")
 
 
+def check_source_lengths(sources, data: str, subset: str, limit: int, what: str):
+    """Every source sentence, with its </s>, fits ``limit`` tokens (``what`` names the limit)."""
+    lengths = [len(pieces.split()) + 1 for pieces in sources]
+    over = [i for i, n in enumerate(lengths) if n > limit]
+    if over:
+        longest = max(over, key=lambda i: lengths[i])
+        raise DistillError(
+            f"{data} ({subset}): sentence {over[0]} has {lengths[over[0]]} source tokens with </s>, more than "
+            f"{what} ({limit}); {len(over)} such sentence(s), the longest {longest} with {lengths[longest]}. "
+            f"Remove them when preparing the data (fsd-prepare-corpus --max-length) or raise the limit")
+
+
 def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
     """Generate the shards ``args`` asks for and, when all exist, merge them into ``args.out``;
     returns the merge's summary (None after one shard of many)."""
@@ -481,6 +493,12 @@ def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
         if not args.teacher:
             raise DistillError("--teacher is required to generate")
         paths, states = read_teachers(args.teacher, args.data, src, tgt, args.allow_size_only_dictionary_check)
+        from fairseq_distill.ctranslate2_teacher import max_source_positions
+
+        check_source_lengths(sources, args.data, args.subset, min(max_source_positions(s) for s in states),
+                             "the teacher's source positions")
+        if args.max_tokens:
+            check_source_lengths(sources, args.data, args.subset, args.max_tokens, "--max-tokens")
         teacher = None
         if args.backend == "ctranslate2":
             from fairseq_distill import ctranslate2_teacher as ct2

@@ -255,6 +255,19 @@ def cache_size_bytes(directory: str) -> int:
                for f in (OFFSETS_FILE, LOG_PROBS_FILE, INDICES_FILE, "meta.json"))
 
 
+def check_lengths_fit(job: CacheJob, dataset):
+    """A batch holds at least one sentence pair: each side (with </s>) must fit --max-tokens."""
+    lengths = np.maximum(dataset.src_sizes, dataset.tgt_sizes)
+    over = np.flatnonzero(lengths > job.max_tokens)
+    if over.size:
+        longest = int(over[np.argmax(lengths[over])])
+        raise DistillError(
+            f"{job.data} ({job.subset}): sentence {int(over[0])} has {int(lengths[over[0]])} tokens on a side, more "
+            f"than --max-tokens {job.max_tokens} (a batch holds at least one pair); {over.size} such sentence(s), "
+            f"the longest {longest} with {int(lengths[longest])}. Pass --max-tokens {int(lengths.max())} or remove "
+            f"them when preparing the data (fsd-prepare-corpus --max-length)")
+
+
 def make_teacher_cache(job: CacheJob) -> Optional[CacheMeta]:
     """Make the shards ``job`` asks for and, when all exist, merge them; returns the finished
     cache's meta (None after one shard of many)."""
@@ -262,6 +275,7 @@ def make_teacher_cache(job: CacheJob) -> Optional[CacheMeta]:
     task, dataset = setup_data(job)
     if len(dataset) == 0:
         raise DistillError(f"empty subset: '{job.subset}' of {job.data} has no sentences")
+    check_lengths_fit(job, dataset)
     os.makedirs(job.out, exist_ok=True)
     if not job.merge:
         if not job.teacher:

@@ -171,3 +171,36 @@ def test_ctrl_c_in_a_command_prints_one_line_saying_what_was_kept(capsys):
     assert raised.value.code == 130
     err = capsys.readouterr().err
     assert err.strip() == "seqkd: interrupted; the shards finished so far are kept" and "Traceback" not in err
+
+
+def test_over_long_pairs_are_found_by_their_longer_side():
+    from fairseq_distill.cli.prepare_corpus import over_long_pairs
+
+    keep, long_lines = over_long_pairs(["a b", "a b c d", "a"], ["x", "y", "x y z w v"], 3)
+    assert keep == [0] and long_lines == [(2, 4), (3, 5)]
+
+
+@pytest.mark.slow
+def test_over_long_training_pairs_are_removed_counted_and_listed(tmp_path, raw):
+    """issue 32.4: one policy, in fsd-prepare-corpus: a training pair with a side longer than
+    --max-length is removed, counted and listed (the tools after it never meet it); an
+    evaluation set with such a line is refused, naming it."""
+    import json
+
+    lines = open(raw / "train.de", encoding="utf-8").read().splitlines()
+    lines[6] = " ".join(["Hund"] * 200)
+    open(raw / "train.de", "w", encoding="utf-8").write("\n".join(lines) + "\n")
+    proc = run(prepare_corpus_argv(raw, tmp_path / "out", "--vocab-size", "100", "--max-length", "150"))
+    assert "[prepare] train: removed 1 sentence pair(s) with a side longer than --max-length 150 subword tokens " \
+           "(lines 7;" in proc.stdout
+    meta = json.load(open(tmp_path / "out" / "bin" / "fairseq_distill.json"))
+    assert meta["removed_over_long"] == {"train": [7]} and meta["sizes"]["train"] == 99
+    raw_train = open(tmp_path / "out" / "raw" / "train.de", encoding="utf-8").read().splitlines()
+    assert len(raw_train) == 99 and lines[6] not in raw_train
+    # an evaluation set is never shortened
+    test = open(raw / "test.en", encoding="utf-8").read().splitlines()
+    test[2] = " ".join(["dog"] * 200)
+    open(raw / "test.en", "w", encoding="utf-8").write("\n".join(test) + "\n")
+    proc = run(prepare_corpus_argv(raw, tmp_path / "out2", "--vocab-size", "100", "--max-length", "150"), check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout
+    assert "line 3 has" in proc.stdout and "more than --max-length 150" in proc.stdout

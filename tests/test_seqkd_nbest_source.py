@@ -175,3 +175,14 @@ def test_a_rerun_keeps_the_shards_decoded_with_the_same_settings(tmp_path):
     assert finished_shard(args, settings)
     assert not finished_shard(args, dict(settings, beam=5))
     assert not finished_shard(SimpleNamespace(work=str(tmp_path), num_shards=2, shard_id=0), settings)
+
+
+def test_a_source_longer_than_the_teacher_accepts_is_named():
+    """issue 32.4: fsd-seqkd names the sentence and its length before decoding, for either backend."""
+    from fairseq_distill.seqkd import check_source_lengths
+
+    check_source_lengths(["a b", "c"], "data-bin", "train", 3, "--max-tokens")
+    with pytest.raises(DistillError, match=r"data-bin \(train\): sentence 1 has 4 source tokens with </s>, more "
+                                           r"than the teacher's source positions \(3\); 2 such sentence\(s\), the "
+                                           r"longest 2 with 5"):
+        check_source_lengths(["a b", "c d e", "f g h i"], "data-bin", "train", 3, "the teacher's source positions")

@@ -297,3 +297,11 @@ def test_all_shards_in_one_call_equal_one_pass(tiny_data, tiny_teacher, cache_k8
     batches (fairseq caches one batch iterator per dataset, which handed shard 1 shard 0's)."""
     cache = make_cache(tiny_data, tiny_teacher, tmp_path / "all", top_k=8, num_shards=2)
     assert (cache.offsets == cache_k8.offsets).all() and (cache.indices[:] == cache_k8.indices[:]).all()
+
+
+def test_a_sentence_longer_than_max_tokens_is_named(tiny_data, tiny_teacher, tmp_path):
+    """issue 32.4: not fairseq's raw AssertionError but the sentence, its length and the fix."""
+    with pytest.raises(DistillError, match=r"sentence \d+ has \d+ tokens on a side, more than --max-tokens 20 "
+                                           r"\(a batch holds at least one pair\); \d+ such sentence\(s\)"):
+        make_teacher_cache(CacheJob(data=tiny_data, out=str(tmp_path / "c"), teacher=tiny_teacher, cpu=True,
+                                    max_tokens=20, top_k=4))

@@ -43,7 +43,10 @@ from fairseq_distill.textfiles import ERRORS, blank_line_numbers, file_sha256, r
 # what a rerun compares (besides the inputs), with the option that sets it
 RECORDED_OPTIONS = {"source_lang": "--source-lang", "target_lang": "--target-lang", "bpe": "--bpe",
                     "vocab_size": "--vocab-size", "spm_model_type": "--spm-model-type",
-                    "errors": "--errors", "splits": "--test-prefix (number of test sets)"}
+                    "errors": "--errors", "splits": "--test-prefix (number of test sets)",
+                    "max_length": "--max-length"}
+# subword tokens per side: with </s>, the 1024 positions of fairseq's Transformers
+DEFAULT_MAX_LENGTH = 1023
 
 
 def find_side(prefix, lang):
@@ -59,6 +62,19 @@ def find_side(prefix, lang):
 
 def warn(message):
     print(f"[prepare] warning: {message}", file=sys.stderr)
+
+
+def over_long_pairs(src_pieces, tgt_pieces, max_length):
+    """(indices kept, [(1-based line, length of its longer side)] of the pairs with a side of more
+    than ``max_length`` subword tokens)."""
+    keep, long_lines = [], []
+    for i, (s, t) in enumerate(zip(src_pieces, tgt_pieces)):
+        n = max(len(s.split()), len(t.split()))
+        if n > max_length:
+            long_lines.append((i + 1, n))
+        else:
+            keep.append(i)
+    return keep, long_lines
 
 
 def load_split(src_path, tgt_path, split, errors="strict"):
@@ -230,11 +246,14 @@ def prepare(args):
         splits.append((name, prefix))
         test_names.append(name)
     errors = getattr(args, "errors", "strict")
+    if getattr(args, "max_length", DEFAULT_MAX_LENGTH) < 1:
+        raise DistillError(f"--max-length must be a positive number of subword tokens, got {args.max_length}")
     if args.vocab_size < 1:
         raise DistillError(f"--vocab-size must be a positive number, got {args.vocab_size}")
     options = {"source_lang": src, "target_lang": tgt, "bpe": args.bpe, "vocab_size": args.vocab_size,
                "spm_model_type": args.spm_model_type if args.bpe == "sentencepiece" else None,
-               "errors": errors, "splits": [name for name, _ in splits]}
+               "errors": errors, "splits": [name for name, _ in splits],
+               "max_length": getattr(args, "max_length", DEFAULT_MAX_LENGTH)}
     inputs = {name: {lang: find_side(prefix, lang) for lang in (src, tgt)} for name, prefix in splits}
 
     meta_path = os.path.join(args.out, "bin", META_FILE)
@@ -255,10 +274,6 @@ def prepare(args):
         shutil.rmtree(bin_dir)
     for d in (raw_dir, tok_dir, bin_dir):
         os.makedirs(d, exist_ok=True)
-    for name, (src_lines, tgt_lines) in data.items():
-        write_lines(os.path.join(raw_dir, f"{name}.{src}"), src_lines)
-        write_lines(os.path.join(raw_dir, f"{name}.{tgt}"), tgt_lines)
-
     # the subword model learns from the text as it will be segmented (whitespace normalised)
     train_text = os.path.join(bin_dir, "train.subword-input.txt")
     write_lines(train_text, [normalize_whitespace(line) for side in data["train"] for line in side])
@@ -275,17 +290,38 @@ def prepare(args):
     os.remove(train_text)
     print(f"[prepare] learned a joint {args.bpe} model (size {args.vocab_size})")
 
-    for name, (src_lines, tgt_lines) in data.items():
+    max_length = getattr(args, "max_length", DEFAULT_MAX_LENGTH)
+    removed = {}
+    for name, (src_lines, tgt_lines) in list(data.items()):
+        pieces = {}
         for lang, lines in ((src, src_lines), (tgt, tgt_lines)):
-            pieces = encode(lines)
+            pieces[lang] = encode(lines)
             # a line the subword model's own normalisation empties would binarize as </s> alone
-            empty = [i + 1 for i, p in enumerate(pieces) if not p.strip()]
+            empty = [i + 1 for i, p in enumerate(pieces[lang]) if not p.strip()]
             if empty:
                 raise DistillError(
                     f"{inputs[name][lang]} has {len(empty)} line(s) empty after normalisation by the "
                     f"{args.bpe} model (first at line {empty[0]}: {lines[empty[0] - 1]!r}); remove those "
                     f"sentence pairs from both sides first")
-            write_lines(os.path.join(tok_dir, f"{name}.{lang}"), pieces)
+        keep, long_lines = over_long_pairs(pieces[src], pieces[tgt], max_length)
+        if long_lines:
+            if name != "train":
+                line, n = long_lines[0]
+                raise DistillError(
+                    f"{inputs[name][src]} / {inputs[name][tgt]}: line {line} has {n} subword tokens, more than "
+                    f"--max-length {max_length} ({len(long_lines)} such line(s) in this {name} set); an "
+                    f"evaluation set is never shortened: split those sentences or raise --max-length")
+            listed = ", ".join(str(line) for line, _ in long_lines[:10]) + (", ..." if len(long_lines) > 10 else "")
+            print(f"[prepare] {name}: removed {len(long_lines):,} sentence pair(s) with a side longer than "
+                  f"--max-length {max_length} subword tokens (lines {listed}; the longest has "
+                  f"{max(n for _, n in long_lines):,}); they are listed in {META_FILE}")
+            removed[name] = [line for line, _ in long_lines]
+            src_lines, tgt_lines = [src_lines[i] for i in keep], [tgt_lines[i] for i in keep]
+            data[name] = (src_lines, tgt_lines)
+            pieces = {lang: [pieces[lang][i] for i in keep] for lang in (src, tgt)}
+        for lang, lines in ((src, src_lines), (tgt, tgt_lines)):
+            write_lines(os.path.join(raw_dir, f"{name}.{lang}"), lines)
+            write_lines(os.path.join(tok_dir, f"{name}.{lang}"), pieces[lang])
 
     fairseq_preprocess(src, tgt, tok_dir, bin_dir, test_names, args.workers)
     sizes = {name: len(lines[0]) for name, lines in data.items()}
@@ -303,6 +339,7 @@ def prepare(args):
         **bpe_meta,
         "raw": {name: {lang: f"raw/{name}.{lang}" for lang in (src, tgt)} for name in ["valid"] + test_names},
         "sizes": sizes,
+        "removed_over_long": removed,  # 1-based input line numbers of the pairs left out
         "made_from": made_from,
     }
     with open(meta_path, "w", encoding="utf-8") as f:
@@ -329,6 +366,10 @@ def build_parser():
     p.add_argument("--errors", choices=ERRORS, default="strict",
                    help="invalid UTF-8 in the input: strict (default) stops with the file and line; "
                         "replace reads each invalid byte sequence as U+FFFD, with a warning")
+    p.add_argument("--max-length", type=int, default=DEFAULT_MAX_LENGTH,
+                   help="training pairs with a side of more subword tokens are removed, counted and listed "
+                        "(default %(default)s: with </s>, the 1024 positions of fairseq's Transformers); "
+                        "an evaluation set with such a line is refused")
     p.add_argument("--force", action="store_true",
                    help="prepare again even if OUT was prepared before (by default OUT is reused if it "
                         "was made from the same inputs and options, and refused if not)")

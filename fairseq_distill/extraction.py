@@ -2,7 +2,9 @@
 
 A teacher trained with group permutation (``--encoder-group-size h``) has groups of h
 layers that learned to stand in for one another; the student keeps one layer per group
-(the top one by default), renumbered consecutively, with everything else (embeddings,
+(the top one by default: the layer the next group reads in the unpermuted order decoding
+uses, and the same student on every run; the paper draws one at random, ``keep="random"``),
+renumbered consecutively, with everything else (embeddings,
 final layer norms, output projection) copied as it is. The result is a decoding-format
 checkpoint (see :mod:`fairseq_distill.checkpoint`) with the student's layer counts, no
 optimizer state and no training progress, from which student training starts with

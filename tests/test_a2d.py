@@ -411,3 +411,39 @@ def test_bad_options_are_named(tiny_data, deep_teacher):
                          "--a2d-decay-updates", "-5", criterion="a2d")
     with pytest.raises(DistillError, match="--a2d-decay-updates must be >= 0 .*got -5"):
         task.build_criterion(cfg.criterion)
+
+
+def test_renorm_passes_no_gradient_to_cells_below_its_clamp():
+    """issue 31.2.2: the default --a2d-normalize renorm clamps the aligned values at 1e-6 before
+    dividing by the row sum, so a cell below the clamp gets no gradient however much mass the
+    teacher puts there. By hand, aligned row x = (−1, 1, 3), teacher p = (0.2, 0.5, 0.3):
+    q = (1e-6, 1, 3), S = Σq, KL = Σ p·log(p·S/q); ∂KL/∂q_j = −p_j/q_j + 1/S, so
+    ∂KL/∂x = (0 (clamped), −0.5 + 1/S, −0.1 + 1/S)."""
+    aligned = torch.tensor([[[[-1.0, 1.0, 3.0]]]], requires_grad=True)
+    p = torch.tensor([[[[0.2, 0.5, 0.3]]]])
+    keys, queries = torch.ones(1, 1, 1, 3, dtype=torch.bool), torch.ones(1, 1, dtype=torch.bool)
+    loss = attention_kl([p], aligned, keys, queries, normalize="renorm")
+    s = 1e-6 + 1 + 3
+    expected = 0.2 * math.log(0.2 * s / 1e-6) + 0.5 * math.log(0.5 * s / 1) + 0.3 * math.log(0.3 * s / 3)
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    loss.backward()
+    grad = aligned.grad.flatten().tolist()
+    assert grad[0] == 0.0  # the teacher's 0.2 on this key never pulls it back above the clamp
+    assert grad[1] == pytest.approx(-0.5 + 1 / s, rel=1e-5) and grad[2] == pytest.approx(-0.1 + 1 / s, rel=1e-5)
+
+
+def test_released_switch_sets_the_released_codes_form_and_weight(tiny_data, deep_teacher):
+    """issue 31.2.3: --a2d-released is the authors' released code in one flag: the reference KL
+    with β = 1 (α = 0.5 is the a2d criterion's default either way); explicit options win."""
+    def term(*extra):
+        cfg, task, _ = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
+                             *extra, criterion="a2d")
+        return task.build_criterion(cfg.criterion)
+
+    released = term("--a2d-released")
+    attn = released.terms["attn"]
+    assert (attn.kl_mode, attn.weight, released.terms["kd"].weight) == ("reference", 1.0, 0.5)
+    default = term().terms["attn"]
+    assert (default.kl_mode, default.weight) == ("rowwise", 0.01)
+    assert term("--a2d-released", "--a2d-weight", "0.3").terms["attn"].weight == 0.3
+    assert term("--a2d-released", "--a2d-kl-mode", "rowwise").terms["attn"].kl_mode == "rowwise"

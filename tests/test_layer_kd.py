@@ -442,3 +442,37 @@ def test_collapsible_setups_are_warned_about(caplog):
     from fairseq_distill.criterions.options import LayerKDConfig, PKDConfig
 
     assert PKDConfig().layer_normalize == "l2" and LayerKDConfig().layer_normalize == "none"
+
+
+def test_encoder_layer_loss_sums_source_positions_and_shares_the_target_token_denominator(tiny_data,
+                                                                                           deep_teacher):
+    """issue 31.2.4: the criterion divides everything by sample_size, the number of *target*
+    tokens, while an encoder-side layer loss is summed over *source* positions: λ's weight
+    relative to the cross-entropy grows with the source/target length ratio. Pinned by hand
+    on a real batch: student layer 1 <- teacher layer 2 at equal widths (no map), raw states,
+    mean over d, summed over the real source positions."""
+    from helpers import transformer_flags
+
+    cfg, task, model = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
+                             "--layer-map", "2", criterion="ckd", model=transformer_flags(1, 1, 24, 48))
+    crit = task.build_criterion(cfg.criterion)
+    model.train()
+    sample = first_batch(task)
+    torch.manual_seed(0)
+    loss, sample_size, logs = crit(model, sample)
+    request = FeatureRequest(encoder_states=True)
+    torch.manual_seed(0)
+    student = run_with_features(model, sample["net_input"], request).encoder_states[1]  # T_src x B x d
+    teacher = task.load_teacher().models[0]
+    with torch.no_grad():
+        target = run_with_features(teacher, sample["net_input"], request).encoder_states[2]
+    real = sample["net_input"]["src_tokens"].ne(task.source_dictionary.pad()).t()  # T_src x B
+    by_hand = sum(((student[t, b] - target[t, b]) ** 2).mean().item()
+                  for t in range(real.size(0)) for b in range(real.size(1)) if real[t, b])
+    assert logs["layer_loss"].item() == pytest.approx(by_hand, rel=1e-4)
+    n_source = int(real.sum())
+    n_target = int(sample["target"].ne(task.target_dictionary.pad()).sum())
+    assert sample_size == n_target != n_source
+    # fairseq divides this sum by sample_size (n_target): λ·Σ_source counts per target token
+    expected = (0.2 * logs["ce_loss"] + 0.1 * logs["kd_loss"] + 0.7 * by_hand)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-4)

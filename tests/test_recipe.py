@@ -677,3 +677,51 @@ def test_train_flags_are_checked_against_fairseq_train_before_anything_runs(tmp_
     # every committed recipe passes
     for config in sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml"))):
         check_train_flags(Plan(load_checked(config), config, "/nonexistent"))
+
+
+# -- several seeds (issue 31) -------------------------------------------------------------------
+
+def test_a_step_with_seeds_runs_once_per_seed_and_keeps_its_own_key_for_the_recipe_seed(tmp_path):
+    from bench.runner.config import load_checked
+    from bench.runner.plan import Plan
+    from fairseq_distill.errors import DistillError
+
+    def seeded(cfg):
+        step_named(cfg, "student")["seeds"] = [1, 2, 3]
+    path = demo_variant(tmp_path, seeded)
+    cfg = load_checked(path)
+    names = [s["name"] for s in cfg["steps"]]
+    assert names[names.index("student"):names.index("student") + 3] == ["student", "student-seed2", "student-seed3"]
+    plan = Plan(cfg, path, "/nonexistent")
+    assert plan.keys["student"] == DEMO_KEYS["student"]  # seed 1 is the step as it was
+    assert len({plan.keys[n] for n in ("student", "student-seed2", "student-seed3")}) == 3
+    assert [plan.train_options(plan.by_name[n])["seed"] for n in ("student", "student-seed3")] == [1, 3]
+    for bad, message in (([1, 1], "distinct integers"), ([2, 3], "must include the recipe's seed 1"), ("1", "a list")):
+        with pytest.raises(DistillError, match=message):
+            load_checked(demo_variant(tmp_path, lambda c: step_named(c, "student").update(seeds=bad)))
+
+
+def test_seeded_rows_get_mean_sd_per_seed_tests_and_a_verdict(tmp_path):
+    """By hand: BLEU 20, 22, 24 -> mean 22, sd 2; a system equal to its references on every seed
+    beats a baseline that is wrong on every line, in every seed and pooled: 'better'."""
+    from bench.runner.seeds import seeds_markdown, seeds_summary, verdict
+
+    refs = [f"ein satz nummer {i} mit einigen woertern darin" for i in range(30)]
+    (tmp_path / "refs.txt").write_text("\n".join(refs) + "\n")
+    (tmp_path / "good.txt").write_text("\n".join(refs) + "\n")
+    (tmp_path / "bad.txt").write_text("\n".join("voellig anderer text hier" for _ in refs) + "\n")
+    steps = [{"name": "base", "model": "s"}, {"name": "base-seed2", "model": "s", "seed": 2, "seed_of": "base"},
+             {"name": "kd", "model": "s"}, {"name": "kd-seed2", "model": "s", "seed": 2, "seed_of": "kd"}]
+    def record(bleu, chrf, hyp):
+        return {"bleu": bleu, "chrf": chrf, "hypotheses": str(tmp_path / hyp), "references": str(tmp_path / "refs.txt")}
+    done = {"base": record(20.0, 40.0, "bad.txt"), "base-seed2": record(24.0, 44.0, "bad.txt"),
+            "kd": record(30.0, 50.0, "good.txt"), "kd-seed2": record(32.0, 51.0, "good.txt")}
+    summary = seeds_summary(steps, done, ["base"])
+    assert summary["rows"]["base"]["bleu"] == {"values": [20.0, 24.0], "mean": 22.0, "sd": 2.83}
+    (c,) = summary["comparisons"]
+    assert c["seeds"] == [1, 2] and c["verdict"] == "better" and c["pooled"]["bleu"]["p_value"] < 0.05
+    assert all(s["bleu"]["delta"] > 90 for s in c["per_seed"])
+    assert verdict([0.5, -0.1, 0.3], 0.001) == "tie" and verdict([-1, -2], 0.01) == "worse"
+    assert verdict([1, 2, 3], 0.2) == "tie"
+    table = "\n".join(seeds_markdown(summary))
+    assert "| base | 1, 2 | 20.00, 24.00 | 22.00 ± 2.83 |" in table and "| better |" in table

@@ -210,7 +210,7 @@ class Runner:
 
     def write_results(self) -> str:
         return write_results(self.results_dir, self.name, self.path, self.plan.evaluated_checkpoint,
-                             self.cfg["steps"], self.done, self.cfg.get("compare"))
+                             self.cfg["steps"], self.done, self.cfg.get("compare"), self.cfg.get("seed", 1))
 
     def say_where(self) -> None:
         trained = [(n, r["checkpoint"]) for n, r in self.done.items() if r["kind"] == "train"]

@@ -167,7 +167,7 @@ class Plan:
             options["teacher-cache"] = self.output_of(step["teacher-cache"], "cache_dir")
         options["criterion"] = step.get("criterion", options.get("criterion", "label_smoothed_cross_entropy"))
         options.update(step.get("criterion-args", {}))
-        options.update({"seed": self.cfg.get("seed", 1),
+        options.update({"seed": step.get("seed", self.cfg.get("seed", 1)),
                         "save-dir": save_dir or os.path.join(self.step_dir(step), "checkpoints"),
                         "user-dir": PACKAGE_DIR, "no-epoch-checkpoints": True,
                         "log-format": options.get("log-format", "simple")})

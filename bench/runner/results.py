@@ -15,6 +15,7 @@ from fairseq_distill.textfiles import read_lines
 from .config import compared_baselines, dependencies
 from .host import SPEED_SETUP
 from .plan import REPO
+from .seeds import seed_groups, seeds_markdown, seeds_summary
 
 CHECKPOINT_MEANING = {"best": "checkpoint of lowest validation loss (checkpoint_best.pt)",
                       "last": "last checkpoint (checkpoint_last.pt, the end of its budget)"}
@@ -140,12 +141,15 @@ def significance(compare: Optional[dict], steps, done: Dict[str, dict]) -> List[
     return results
 
 
-def results_markdown(rows, runs: Dict[str, str], tested) -> str:
-    """A recipe's rows table followed by one paired-test table per compared baseline: what
-    ``<recipe>.md`` holds below its caption, and all ``bench/report.py`` needs from the JSON."""
+def results_markdown(rows, runs: Dict[str, str], tested, seeds: Optional[dict] = None) -> str:
+    """A recipe's rows table followed by one paired-test table per compared baseline (and, for
+    rows run under several seeds, their spread and tests across seeds): what ``<recipe>.md``
+    holds below its caption, and all ``bench/report.py`` needs from the JSON."""
     table = markdown_table(rows, runs)
     for result in tested:
         table += "\n\n" + "\n".join(significance_markdown(result))
+    if seeds and seeds.get("rows"):
+        table += "\n\n" + "\n".join(seeds_markdown(seeds))
     if tested and tested[0]["not_tested"]:
         table += (f"\n\nNot tested (evaluated before hypotheses were kept): "
                   f"{', '.join(tested[0]['not_tested'])}.")
@@ -153,20 +157,23 @@ def results_markdown(rows, runs: Dict[str, str], tested) -> str:
 
 
 def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, done: Dict[str, dict],
-                  compare: Optional[dict] = None) -> str:
+                  compare: Optional[dict] = None, recipe_seed: int = 1) -> str:
     """Write ``<name>.json`` and ``<name>.md`` into ``results_dir`` (if given); returns the table."""
     tested = significance(compare, steps, done)
+    seeded = seeds_summary(steps, done, compared_baselines(compare, steps), recipe_seed) \
+        if seed_groups(steps) else None
     meta = {"recipe": name, "config": os.path.relpath(config_path, REPO),
             "machine": {"cpu_threads": torch.get_num_threads(),
                         "device": "cuda" if torch.cuda.is_available() else "cpu",
                         "torch": torch.__version__},
             "rows": results_rows(steps, done),
             **({"significance": tested} if tested else {}),
+            **({"seeds": seeded} if seeded else {}),
             "seqkd": [{k: v for k, v in r.items() if k not in RECORD_ONLY}
                       for r in done.values() if r["kind"] == "seqkd"],
             "caches": [{k: v for k, v in r.items() if k not in RECORD_ONLY}
                        for r in done.values() if r["kind"] == "cache"]}
-    table = results_markdown(meta["rows"], recorded_runs(meta), tested)
+    table = results_markdown(meta["rows"], recorded_runs(meta), tested, seeded)
     if not results_dir:
         return table
     os.makedirs(results_dir, exist_ok=True)
@@ -245,7 +252,7 @@ def recorded_runs(meta) -> Dict[str, str]:
 def recipe_markdown(meta) -> str:
     """What ``<recipe>.md`` holds below its caption, rendered from its results JSON alone: the
     rows, one paired-test table per compared baseline, then the seq-KD data and teacher caches."""
-    text = results_markdown(meta["rows"], recorded_runs(meta), meta.get("significance", [])) + "\n"
+    text = results_markdown(meta["rows"], recorded_runs(meta), meta.get("significance", []), meta.get("seeds")) + "\n"
     if meta.get("seqkd"):
         text += "\n" + seqkd_table(meta["seqkd"]) + "\n"
     if meta.get("caches"):

@@ -15,7 +15,9 @@ from .config import dependencies
 
 RECIPE_KEYS = ("name", "seed", "data", "train", "models", "eval", "compare", "steps")
 STEP_KEYS = ("name", "model", "teacher", "criterion", "criterion-args", "train", "data", "seqkd", "cache",
-             "teacher-cache", "init", "continue", "finetune")
+             "teacher-cache", "init", "continue", "finetune", "seeds")
+# what expand_seeds adds to the copies of a step it makes: their seed and the step they repeat
+SEED_KEYS = ("seed", "seed_of")
 DATA_KEYS = ("corpus", "bpe", "vocab_size", "source", "target", "train", "valid", "test")
 EVAL_KEYS = ("beam", "batch-size", "lenpen", "checkpoint")
 # the step keys that name another step, as dependencies() reads them
@@ -44,13 +46,13 @@ def check_recipe(cfg: dict, path: str) -> List[dict]:
     check_keys(cfg, RECIPE_KEYS, path)
     check_keys(cfg.get("data") or {}, DATA_KEYS, path, "data")
     check_keys(cfg.get("eval") or {}, EVAL_KEYS, path, "eval")
-    steps = cfg.get("steps") or []
+    steps = expand_seeds(cfg.get("steps") or [], cfg.get("seed", 1), path)
     names = [s.get("name") for s in steps]
     models = cfg.get("models") or {}
     for step in steps:
         if not step.get("name"):
             raise DistillError(f"{path}: a step has no name: {step}")
-        check_keys(step, STEP_KEYS, path, f"step '{step['name']}'")
+        check_keys({k: v for k, v in step.items() if k not in SEED_KEYS}, STEP_KEYS, path, f"step '{step['name']}'")
         model = step.get("model")
         if model is not None and model not in models:
             raise DistillError(f"{path}: step '{step['name']}': model '{model}' is not in models: "
@@ -68,6 +70,33 @@ def check_recipe(cfg: dict, path: str) -> List[dict]:
                 raise DistillError(f"{path}: step '{step['name']}' uses step '{value}' ({what}), which is "
                                    f"not a step of the recipe{did_you_mean(str(value), names)}")
     return dependency_order(steps, path)
+
+
+def expand_seeds(steps: List[dict], recipe_seed: int, path: str) -> List[dict]:
+    """A training step with ``seeds: [1, 2, 3]`` runs once per seed: under the recipe's own seed
+    as itself (same name and cache key as without ``seeds``), under every other seed as a copy
+    named ``NAME-seedS`` that records ``seed`` and ``seed_of: NAME``."""
+    out = []
+    for step in steps:
+        if "seeds" not in step:
+            out.append(step)
+            continue
+        seeds = step["seeds"]
+        name = step.get("name")
+        if (not isinstance(seeds, list) or not seeds or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                                 for x in seeds) or len(set(seeds)) != len(seeds)):
+            raise DistillError(f"{path}: step '{name}': seeds must be a list of distinct integers, got {seeds!r}")
+        if "model" not in step:
+            raise DistillError(f"{path}: step '{name}': seeds repeat a training step; this step trains no model")
+        if recipe_seed not in seeds:
+            raise DistillError(f"{path}: step '{name}': seeds {seeds} must include the recipe's seed "
+                               f"{recipe_seed} (the run that keeps the step's name)")
+        base = {k: v for k, v in step.items() if k != "seeds"}
+        out.append(base)
+        for seed in seeds:
+            if seed != recipe_seed:
+                out.append({**base, "name": f"{name}-seed{seed}", "seed": seed, "seed_of": name})
+    return out
 
 
 def dependency_order(steps: List[dict], path: str) -> List[dict]:

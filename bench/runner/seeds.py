@@ -1,0 +1,106 @@
+"""Rows trained under several seeds (a step's ``seeds: [1, 2, 3]``): each row's scores per seed,
+their mean and standard deviation, and its comparison with each compared baseline across seeds.
+
+A paired bootstrap on one test set says nothing about training variance, so a method counts as
+better (or worse) than a baseline only when every seed agrees in the sign of its BLEU
+difference (seed s of the method against seed s of the baseline) *and* the paired bootstrap
+on the concatenated test outputs of all seeds (sacreBLEU's, on the references repeated once per
+seed) gives p < 0.05; otherwise the two tie.
+"""
+import statistics
+from typing import Dict, List
+
+from fairseq_distill.scoring import SIGNIFICANCE_LEVEL, paired_significance
+from fairseq_distill.textfiles import read_lines
+
+METRICS = ("bleu", "chrf")
+
+
+def seed_groups(steps) -> Dict[str, Dict[int, str]]:
+    """{step: {seed: run name}} for every step that runs under more than one seed."""
+    groups: Dict[str, Dict[int, str]] = {}
+    for step in steps:
+        if "seed_of" in step:
+            groups.setdefault(step["seed_of"], {})[step["seed"]] = step["name"]
+    for step in steps:
+        if step["name"] in groups:
+            groups[step["name"]][step.get("seed", 0)] = step["name"]
+    return groups
+
+
+def spread(values: List[float]) -> dict:
+    return {"values": values, "mean": round(statistics.fmean(values), 2),
+            "sd": round(statistics.stdev(values), 2) if len(values) > 1 else None}
+
+
+def verdict(deltas: List[float], pooled_p: float) -> str:
+    if pooled_p < SIGNIFICANCE_LEVEL and all(d > 0 for d in deltas):
+        return "better"
+    if pooled_p < SIGNIFICANCE_LEVEL and all(d < 0 for d in deltas):
+        return "worse"
+    return "tie"
+
+
+def seeds_summary(steps, done: Dict[str, dict], baselines: List[str], recipe_seed: int = 1) -> dict:
+    """Per seeded row its scores per seed with mean and sd; per (baseline, row) the per-seed
+    paired tests, the pooled test and the verdict. Rows or seeds not finished are left out."""
+    groups = {name: {(recipe_seed if seed == 0 else seed): run for seed, run in runs.items()}
+              for name, runs in seed_groups(steps).items()}
+    rows = {}
+    for name, runs in groups.items():
+        finished = {seed: run for seed, run in sorted(runs.items()) if run in done}
+        if finished:
+            rows[name] = {"seeds": list(finished), "runs": list(finished.values()),
+                          **{m: spread([done[r][m] for r in finished.values()]) for m in METRICS}}
+    comparisons = []
+    for base in baselines:
+        if base not in groups:
+            continue
+        for name, runs in groups.items():
+            if name == base:
+                continue
+            seeds = [s for s in sorted(runs) if runs[s] in done and groups[base].get(s) in done
+                     and all(done[r].get("hypotheses") for r in (runs[s], groups[base][s]))]
+            if not seeds:
+                continue
+            refs = read_lines(done[groups[base][seeds[0]]]["references"], what="references")
+            per_seed, pooled_sys, pooled_base = [], [], []
+            for seed in seeds:
+                hyp = read_lines(done[runs[seed]]["hypotheses"], what="hypotheses")
+                base_hyp = read_lines(done[groups[base][seed]]["hypotheses"], what="hypotheses")
+                result = paired_significance((base, base_hyp), [(name, hyp)], refs)["systems"][name]
+                per_seed.append({"seed": seed, **{m: {k: result[m][k] for k in ("delta", "p_value")}
+                                                  for m in METRICS}})
+                pooled_sys += hyp
+                pooled_base += base_hyp
+            pooled = paired_significance((base, pooled_base), [(name, pooled_sys)], refs * len(seeds))["systems"][name]
+            comparisons.append({
+                "baseline": base, "row": name, "seeds": seeds, "per_seed": per_seed,
+                "pooled": {m: {k: pooled[m][k] for k in ("delta", "p_value")} for m in METRICS},
+                "verdict": verdict([s["bleu"]["delta"] for s in per_seed], pooled["bleu"]["p_value"]),
+            })
+    return {"rows": rows, "comparisons": comparisons}
+
+
+def seeds_markdown(summary: dict) -> List[str]:
+    lines = ["| row | seeds | BLEU per seed | BLEU mean ± sd | chrF per seed | chrF mean ± sd |",
+             "|---|---|---|---|---|---|"]
+    for name, row in summary["rows"].items():
+        cells = []
+        for m in METRICS:
+            s = row[m]
+            cells += [", ".join(f"{v:.2f}" for v in s["values"]),
+                      f"{s['mean']:.2f}" + (f" ± {s['sd']:.2f}" if s["sd"] is not None else "")]
+        lines.append(f"| {name} | {', '.join(map(str, row['seeds']))} | " + " | ".join(cells) + " |")
+    if summary["comparisons"]:
+        lines += ["", "| row | against | ΔBLEU per seed (p) | pooled ΔBLEU (p) | pooled ΔchrF (p) | verdict |",
+                  "|---|---|---|---|---|---|"]
+        for c in summary["comparisons"]:
+            per_seed = "; ".join(f"{s['bleu']['delta']:+.2f} ({s['bleu']['p_value']:.3f})" for s in c["per_seed"])
+            pooled = [f"{c['pooled'][m]['delta']:+.2f} ({c['pooled'][m]['p_value']:.3f})" for m in METRICS]
+            lines.append(f"| {c['row']} | {c['baseline']} | {per_seed} | {pooled[0]} | {pooled[1]} | "
+                         f"{c['verdict']} |")
+        lines += ["", "Per seed: sacreBLEU's paired bootstrap of seed s against the baseline's seed s; pooled: "
+                  "the same on all seeds' test outputs concatenated. A row is better (worse) only when every "
+                  f"seed's ΔBLEU has that sign and the pooled test gives p < {SIGNIFICANCE_LEVEL}; else a tie."]
+    return lines

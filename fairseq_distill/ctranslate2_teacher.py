@@ -37,8 +37,9 @@ Decoding follows fairseq's ``SequenceGenerator`` on the same subword tokens fair
   hypotheses with its log-probability; CTranslate2 stops at L and scores them without it,
   so hypotheses cut at the limit rank higher there than in fairseq. Every sentence whose
   beam search reached the limit (one of its returned hypotheses has L tokens, ``</s>``
-  included) is decoded again with fairseq's own generator, one sentence at a time, and
-  counted (``redecoded_with_fairseq``). Greedy search (beam 1) needs no such step: its tokens
+  included) is decoded again with fairseq's own generator, in batches of sentences of equal
+  source length (no padding, one limit: each search is the one fairseq runs for the sentence
+  alone), and counted (``redecoded_with_fairseq``). Greedy search (beam 1) needs no such step: its tokens
   do not depend on the scores, and at the limit both stop after the same L tokens.
 
 What remains different is arithmetic: other kernels round differently, which can flip a
@@ -202,6 +203,28 @@ def strip_end(tokens: List[str]) -> List[str]:
     return tokens[:-1] if tokens and tokens[-1] == "</s>" else tokens
 
 
+def redecode_in_batches(translator, sources: Dict[int, List[str]], ids: List[int], nbest: int,
+                        batch_size: int, progress: Optional[Callable[[int], None]] = None
+                        ) -> Dict[int, List[List[str]]]:
+    """fairseq's n-best lists of the sentences ``ids``, decoded in batches of equal source
+    length: such a batch has no padding and one length limit, so each sentence's beam search is
+    the one fairseq runs for it alone (``fairseq-generate --batch-size 1``), without decoding
+    one sentence at a time."""
+    by_length = defaultdict(list)
+    for sid in sorted(ids):
+        by_length[len(sources[sid])].append(sid)
+    out = {}
+    for length in sorted(by_length):
+        group = by_length[length]
+        for k in range(0, len(group), max(batch_size, 1)):
+            batch = group[k:k + batch_size]
+            for sid, hyps in zip(batch, translator.translate_nbest([sources[sid] for sid in batch], nbest)):
+                out[sid] = hyps
+            if progress:
+                progress(len(batch))
+    return out
+
+
 @dataclass
 class DecodeResult:
     nbest: Dict[int, List[List[str]]] = field(default_factory=dict)  # pieces, best first
@@ -270,11 +293,10 @@ class CTranslate2Teacher:
                 done += 1
             if progress:
                 progress(done)
-        for sid in again:
-            result.nbest[sid] = self.fairseq().translate_nbest([sources[sid]], o.nbest)[0]
-            result.redecoded_with_fairseq += 1
-            if progress:
-                progress(1)
+        if again:
+            redecoded = redecode_in_batches(self.fairseq(), sources, again, o.nbest, o.batch_size, progress)
+            result.nbest.update(redecoded)
+            result.redecoded_with_fairseq += len(redecoded)
         result.seconds = time.perf_counter() - started
         if again:
             print(f"[seqkd] {len(again):,} sentences reached the length limit and were decoded again "

@@ -252,3 +252,23 @@ def test_a_teacher_ctranslate2_cannot_express_is_refused_by_the_command(tiny_dat
     assert re.search(r"seqkd: error: teacher .*checkpoint_last.pt cannot be decoded with CTranslate2: relative "
                      r"position representations .*; use --backend fairseq", proc.stdout), proc.stdout[-2000:]
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_sentences_at_the_length_limit_are_redecoded_in_batches_of_equal_source_length():
+    """issue 36: no serial fallback. Equal source lengths: no padding and one length limit,
+    so a batch decodes each sentence as fairseq does alone; batches hold at most batch_size."""
+    from fairseq_distill.ctranslate2_teacher import redecode_in_batches
+
+    class Recorder:
+        def __init__(self):
+            self.batches = []
+
+        def translate_nbest(self, batch, nbest):
+            self.batches.append([len(p) for p in batch])
+            return [[["x"] * len(p)] * nbest for p in batch]
+
+    sources = {0: ["a"] * 3, 1: ["b"] * 5, 2: ["c"] * 3, 3: ["d"] * 3, 4: ["e"] * 5, 7: ["f"] * 2}
+    recorder, done = Recorder(), []
+    out = redecode_in_batches(recorder, sources, [4, 0, 1, 2, 3, 7], nbest=2, batch_size=2, progress=done.append)
+    assert recorder.batches == [[2], [3, 3], [3], [5, 5]]
+    assert sorted(out) == [0, 1, 2, 3, 4, 7] and out[1] == [["x"] * 5] * 2 and sum(done) == 6

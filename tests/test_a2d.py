@@ -447,3 +447,36 @@ def test_released_switch_sets_the_released_codes_form_and_weight(tiny_data, deep
     assert (default.kl_mode, default.weight) == ("rowwise", 0.01)
     assert term("--a2d-released", "--a2d-weight", "0.3").terms["attn"].weight == 0.3
     assert term("--a2d-released", "--a2d-kl-mode", "rowwise").terms["attn"].kl_mode == "rowwise"
+
+
+def test_the_three_types_combine_as_encoder_plus_half_the_decoder_by_hand():
+    """issue 31.2.7, with literal numbers: identity AAMs (1 student head -> 1 teacher head), one
+    sentence of 2 source and 2 target tokens, renorm rows:
+    encoder self: student rows (.5,.5), teacher (.8,.2) and (.2,.8): each row KL = .8 ln 1.6 + .2 ln .4;
+    decoder self (causal): row 1 (1) vs (1): 0; row 2 (.5,.5) vs (.25,.75): .25 ln .5 + .75 ln 1.5;
+    decoder cross: rows (.5,.5) vs (1,0): ln 2, and vs (.5,.5): 0.
+    L = enc + (dec_self + dec_cross)/2, each the mean over its 2 rows, times 2 target tokens."""
+    layout = {kind: (1, 1) for kind in ("encoder_self", "decoder_self", "decoder_cross")}
+    context = TermContext(teachers=[None], student_shape=layout, teacher_shape=layout, source_pad=PAD, target_pad=PAD)
+    term = AttentionKDTerm(1.0, 0.9, context, "all")
+    with torch.no_grad():
+        for aam in term.aams.values():
+            aam.weight.fill_(1.0)
+            aam.bias.zero_()
+
+    def maps(rows):
+        return [torch.tensor([[rows]])]  # 1 layer: B=1 x H=1 x T x S
+
+    student = Features(net_output=(None,), attention={
+        "encoder_self": maps([[.5, .5], [.5, .5]]), "decoder_self": maps([[1., 0.], [.5, .5]]),
+        "decoder_cross": maps([[.5, .5], [.5, .5]])})
+    teacher = Features(net_output=(None,), attention={
+        "encoder_self": maps([[.8, .2], [.2, .8]]), "decoder_self": maps([[1., 0.], [.25, .75]]),
+        "decoder_cross": maps([[1., 0.], [.5, .5]])})
+    sample = {"net_input": {"src_tokens": torch.tensor([[5, 6]]), "prev_output_tokens": torch.tensor([[2, 8]])},
+              "target": torch.tensor([[8, 9]]), "ntokens": 2}
+    enc = .8 * math.log(1.6) + .2 * math.log(.4)
+    dec_self = (0 + .25 * math.log(.5) + .75 * math.log(1.5)) / 2
+    dec_cross = (math.log(2) + 0) / 2
+    expected = (enc + (dec_self + dec_cross) / 2) * 2
+    assert term(student, [teacher], sample).item() == pytest.approx(expected, rel=1e-5)

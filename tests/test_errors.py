@@ -204,3 +204,20 @@ def test_over_long_training_pairs_are_removed_counted_and_listed(tmp_path, raw):
     proc = run(prepare_corpus_argv(raw, tmp_path / "out2", "--vocab-size", "100", "--max-length", "150"), check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stdout
     assert "line 3 has" in proc.stdout and "more than --max-length 150" in proc.stdout
+
+
+@pytest.mark.slow
+def test_data_prepared_before_max_length_existed_is_reused_when_no_pair_is_longer(tmp_path, raw):
+    """A directory prepared without --max-length kept every pair; it is the same data as now
+    when none is longer than the limit, so a rerun reuses it instead of asking for --force."""
+    import json
+
+    out = tmp_path / "out"
+    run(prepare_corpus_argv(raw, out, "--vocab-size", "100"))
+    meta_path = out / "bin" / "fairseq_distill.json"
+    meta = json.load(open(meta_path))
+    del meta["made_from"]["options"]["max_length"]
+    json.dump(meta, open(meta_path, "w"))
+    assert "[prepare] reusing" in run(prepare_corpus_argv(raw, out, "--vocab-size", "100")).stdout
+    proc = run(prepare_corpus_argv(raw, out, "--vocab-size", "100", "--max-length", "5"), check=False)
+    assert proc.returncode == 1 and "--max-length: prepared with None, now 5" in proc.stdout

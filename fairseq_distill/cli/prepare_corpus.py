@@ -122,11 +122,28 @@ def same_content(recorded, path):
     return file_sha256(path) == recorded.get("sha256")
 
 
-def differences(made_from, inputs, options):
+def longest_training_side(bin_dir, src, tgt) -> int:
+    """The most subword tokens (without </s>) on either side of a prepared training pair."""
+    from fairseq.data import data_utils
+
+    longest = 0
+    for lang in (src, tgt):
+        dataset = data_utils.load_indexed_dataset(os.path.join(bin_dir, f"train.{src}-{tgt}.{lang}"), None)
+        if dataset is not None and len(dataset):
+            longest = max(longest, int(dataset.sizes.max()) - 1)
+    return longest
+
+
+def differences(made_from, inputs, options, bin_dir=None):
     """What differs between the recorded ``made_from`` and the inputs and options of this run."""
     found = []
     for key, flag in RECORDED_OPTIONS.items():
         old, new = made_from["options"].get(key), options.get(key)
+        if key == "max_length" and old is None and bin_dir is not None and \
+                longest_training_side(bin_dir, options["source_lang"], options["target_lang"]) <= new:
+            # prepared before --max-length existed, keeping every pair: the same data as now
+            # when none of them is longer
+            continue
         if old != new:
             found.append(f"{flag}: prepared with {old}, now {new}")
     for split, sides in inputs.items():
@@ -148,7 +165,7 @@ def check_reuse(out, meta_path, inputs, options):
         raise DistillError(
             f"{out} was prepared by an earlier version that did not record its inputs and options, "
             f"so whether they match cannot be told; rerun with --force (or remove {out}) to prepare it again")
-    found = differences(made_from, inputs, options)
+    found = differences(made_from, inputs, options, os.path.dirname(meta_path))
     if found:
         raise DistillError(
             f"{out} was prepared from other inputs or options: {'; '.join(found)}. "

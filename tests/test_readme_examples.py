@@ -1,7 +1,9 @@
 """The README's first command of each criterion, run with its defaults on a student narrower
 than its teacher (as the demo's): none may collapse (issue 37). A tiny budget cannot show a
-KD gain, but a collapsed student is far behind the same student trained without KD, so each
-example's validation NLL must stay within a margin of the no-KD run's."""
+KD gain, and it is too short for a collapse to show in the NLL, so each example must (1) keep
+the collapse watch quiet at a window short enough to see its loss vanish (it flags the
+teacher-side map here: tests/test_collapse.py, bench/results/readme_defaults.md) and (2) end
+within a margin of the no-KD run's validation NLL (a broken default that does not collapse)."""
 import os
 import re
 import shlex
@@ -12,10 +14,11 @@ from helpers import DEEP_TEACHER, REPO, TRAIN_FLAGS, distill_train, fairseq_trai
 
 pytestmark = pytest.mark.slow  # fairseq-train runs
 
-UPDATES = "200"
-TEACHER_UPDATES = "400"
-# bits per token of validation NLL a KD student may trail the no-KD one before it counts as
-# collapsed; measured collapses trail by far more (see test_the_margin_catches_a_collapse)
+UPDATES = "120"
+TEACHER_UPDATES = "300"
+# the watch compares windows of this many updates
+WINDOW = "10"
+# bits per token of validation NLL a KD student may trail the no-KD one
 MARGIN = 0.25
 # flags of the README's commands that are not the criterion's: the student and the data are the test's
 STOP = {"--arch", "..."}
@@ -73,16 +76,16 @@ def test_the_readme_shows_a_command_for_every_criterion():
 def test_each_readme_example_trains_without_collapse(criterion, tiny_data, teacher, no_kd_nll, tmp_path):
     flags = readme_commands()[criterion]
     out = distill_train(tiny_data, teacher, str(tmp_path), criterion, *flags, "--max-update", UPDATES,
-                        "--no-save")
+                        "--no-save", "--collapse-window", WINDOW)
+    assert "collapsing" not in out, out[out.find("collapsing") - 300:]
     nll = last_valid_nll(out)
     assert nll <= no_kd_nll + MARGIN, (f"{criterion} {' '.join(flags)}: validation NLL {nll} against "
                                        f"{no_kd_nll} without KD")
-    assert "collapsing" not in out  # the watch (default window 100) stays quiet
 
 
-def test_the_margin_catches_a_collapse(tiny_data, teacher, no_kd_nll, tmp_path):
-    """The CKD paper's teacher-side map on this narrower student: what the ckd default was."""
+def test_the_watch_flags_the_old_ckd_default_at_this_budget(tiny_data, teacher, tmp_path):
+    """The control: the CKD paper's teacher-side map on this narrower student, what `--criterion
+    ckd --ckd-combination rc` did before, is flagged within the same budget and window."""
     out = distill_train(tiny_data, teacher, str(tmp_path), "ckd", "--ckd-combination", "rc",
-                        "--ckd-project", "teacher", "--max-update", UPDATES, "--no-save", "--collapse-window", "20")
-    assert last_valid_nll(out) > no_kd_nll + MARGIN
-    assert "the layer KD term is collapsing" in out  # and the watch said so while it trained
+                        "--ckd-project", "teacher", "--max-update", UPDATES, "--no-save", "--collapse-window", WINDOW)
+    assert "the layer KD term is collapsing" in out

@@ -414,16 +414,17 @@ def test_switching_the_evaluated_checkpoint_reevaluates_without_retraining(tmp_p
 
 @pytest.mark.slow
 def test_a_failing_step_shows_the_end_of_its_log_and_where_the_log_is(tmp_path):
-    config = tiny_recipe(tmp_path, "broken", {"bad": {**TINY, "arch": "no_such_arch"}},
+    # flags fairseq-train's parser accepts, a model it cannot build (16 is not divisible by 3 heads)
+    config = tiny_recipe(tmp_path, "broken", {"bad": {**TINY, "encoder-attention-heads": 3}},
                          [{"name": "broken", "model": "bad"}])
     proc = run(recipe_cmd(config, "--workdir", str(tmp_path / "work"), "--results", str(tmp_path / "results")),
                check=False)
     assert proc.returncode == 1, proc.stdout
     out = proc.stdout
-    assert "[1/1] broken: fairseq-train failed (exit status 2); the last lines of its log:" in out, out
+    assert re.search(r"\[1/1\] broken: fairseq-train failed \(exit status \d+\); the last lines of its log:", out), out
     log = re.search(r"full log: (\S+/runs/broken-\w+/step\.log)", out).group(1)
     shown = out.split("the last lines of its log:\n")[1].split("\nfull log:")[0]
-    assert "invalid choice: 'no_such_arch'" in shown
+    assert "divisible by num_heads" in shown
     assert shown.split("\n") == open(log).read().rstrip("\n").split("\n")[-30:]
 
 
@@ -725,3 +726,15 @@ def test_seeded_rows_get_mean_sd_per_seed_tests_and_a_verdict(tmp_path):
     assert verdict([1, 2, 3], 0.2) == "tie"
     table = "\n".join(seeds_markdown(summary))
     assert "| base | 1, 2 | 20.00, 24.00 | 22.00 ± 2.83 |" in table and "| better |" in table
+
+
+def test_a_value_fairseq_train_refuses_is_named_before_anything_runs(tmp_path):
+    from bench.runner.config import load_checked
+    from bench.runner.plan import Plan
+    from bench.runner.schema import check_train_flags
+    from fairseq_distill.errors import DistillError
+
+    path = demo_variant(tmp_path, lambda c: c["models"]["student"].update(arch="no_such_arch"))
+    with pytest.raises(DistillError, match=r"step 'student': fairseq-train refuses its flags: argument --arch/-a: "
+                                           r"invalid choice: 'no_such_arch'"):
+        check_train_flags(Plan(load_checked(path), path, "/nonexistent"))

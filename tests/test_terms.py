@@ -106,15 +106,16 @@ def test_resuming_with_another_layer_map_says_what_to_do(tmp_path):
     proc = train(tmp_path, "--criterion", "ckd", "--layer-map", "2", "--max-update", "4", check=False)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stdout
-    assert ("error: criterion parameter 'terms.layer.fusers.encoder.maps.0.weight' has shape (16, 48) in "
-            "the checkpoint but (16, 24) now") in proc.stdout
+    # the 16-wide student's state mapped to the 24-wide teacher's (the default where widths differ)
+    assert ("error: criterion parameter 'terms.layer.fusers.encoder.maps.0.weight' has shape (48, 16) in "
+            "the checkpoint but (24, 16) now") in proc.stdout
     assert "--reset-distill-parameters --reset-optimizer" in proc.stdout
     # the way out it names works: the model weights are kept, projections learned afresh
     train(tmp_path, "--criterion", "ckd", "--layer-map", "2", "--max-update", "4",
           "--reset-distill-parameters", "--reset-optimizer")
     state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == 4
-    assert tuple(state["criterion"]["terms.layer.fusers.encoder.maps.0.weight"].shape) == (16, 24)
+    assert tuple(state["criterion"]["terms.layer.fusers.encoder.maps.0.weight"].shape) == (24, 16)
 
 
 @pytest.mark.slow

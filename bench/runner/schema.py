@@ -6,7 +6,9 @@ the fairseq-train flags of every training step against fairseq-train's own parse
 plugin loaded, and :func:`check_tool_options` the ``seqkd:`` and ``cache:`` options against
 ``fsd-seqkd`` and ``fsd-cache-teacher``.
 """
+import contextlib
 import difflib
+import io
 from typing import Dict, Iterable, List
 
 from fairseq_distill.errors import DistillError
@@ -163,8 +165,16 @@ def check_train_flags(plan) -> None:
             continue
         train = plan.train_options(step)
         parser = options.get_training_parser()
-        # fairseq adds the chosen architecture's, task's and criterion's options to this parser
-        _, unknown = options.parse_args_and_arch(parser, [plan.data_of(step), *flags(train)], parse_known=True)
+        # fairseq adds the chosen architecture's, task's and criterion's options to this parser;
+        # argparse reports a bad value (e.g. an unknown --arch) on stderr and exits
+        refused = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(refused):
+                _, unknown = options.parse_args_and_arch(parser, [plan.data_of(step), *flags(train)],
+                                                         parse_known=True)
+        except SystemExit:
+            message = refused.getvalue().strip().splitlines()[-1].split("error: ", 1)[-1]
+            raise DistillError(f"{plan.path}: step '{step['name']}': fairseq-train refuses its flags: {message}")
         if not unknown:
             continue
         flag = next((a for a in unknown if a.startswith("--")), unknown[0])

@@ -7,6 +7,7 @@ user's run, and a new user reads it as a problem. Only these exact messages are 
 every other warning and every error still shows.
 """
 import logging
+import os
 import warnings
 
 # (category, message pattern): warnings issued inside fairseq's and torch's own code
@@ -33,7 +34,14 @@ class DropMessage(logging.Filter):
         return self.text not in record.getMessage()
 
 
+# set to 1 to keep them: the benchmark runner does, for the tools whose whole output goes to a
+# step's log file (the terminal shows only its progress lines)
+SHOW_ENV = "FAIRSEQ_DISTILL_LIBRARY_WARNINGS"
+
+
 def install():
+    if os.environ.get(SHOW_ENV) == "1":
+        return
     for category, pattern in LIBRARY_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern, category=category)
     logger = logging.getLogger("fairseq.tasks.text_to_speech")

@@ -738,3 +738,25 @@ def test_a_value_fairseq_train_refuses_is_named_before_anything_runs(tmp_path):
     with pytest.raises(DistillError, match=r"step 'student': fairseq-train refuses its flags: argument --arch/-a: "
                                            r"invalid choice: 'no_such_arch'"):
         check_train_flags(Plan(load_checked(path), path, "/nonexistent"))
+
+
+def test_the_runner_keeps_library_warnings_in_each_steps_log(monkeypatch):
+    """issue 32.10: the plugin silences library deprecation warnings, except where a log file
+    takes the tool's whole output: the runner's step.log (its terminal shows progress lines)."""
+    import logging
+    import warnings
+
+    from bench.runner.execute import tool_env
+    from fairseq_distill import quiet
+
+    assert tool_env(["fairseq-train"])[quiet.SHOW_ENV] == "1"
+    monkeypatch.setenv(quiet.SHOW_ENV, "1")
+    logger = logging.getLogger("fairseq.tasks.text_to_speech")
+    monkeypatch.setattr(logger, "filters", [])
+    with warnings.catch_warnings():
+        quiet.install()
+        assert not logger.filters
+    monkeypatch.delenv(quiet.SHOW_ENV)
+    with warnings.catch_warnings():
+        quiet.install()
+        assert any(isinstance(f, quiet.DropMessage) for f in logger.filters)

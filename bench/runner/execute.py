@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from fairseq_distill.quiet import SHOW_ENV
+
 from .config import dependencies, load_checked
 from .host import HEAP_MALLOC
 from .plan import REPO, Plan
@@ -54,12 +56,19 @@ def runnable(argv: List[str]) -> List[str]:
     return [sys.executable, "-m", TOOL_MODULES[argv[0]], *argv[1:]]
 
 
+def tool_env(argv: List[str]) -> Dict[str, str]:
+    """The environment a planned tool runs in."""
+    return {**(HEAP_MALLOC if argv[0] == "fairseq-train" else {}), **os.environ,
+            # a pipe would otherwise hold the tools' progress back for minutes
+            "PYTHONUNBUFFERED": "1",
+            # the step's log keeps the library warnings the plugin otherwise silences
+            SHOW_ENV: "1"}
+
+
 def run_tool(argv: List[str], label: str, log_path: str, on_line=None) -> None:
     """Run one planned argv list, its output appended to ``log_path`` (and each line passed to
     ``on_line``). Training runs get the heap set-up of :data:`host.HEAP_MALLOC`."""
-    env = {**(HEAP_MALLOC if argv[0] == "fairseq-train" else {}), **os.environ,
-           # a pipe would otherwise hold the tools' progress back for minutes
-           "PYTHONUNBUFFERED": "1"}
+    env = tool_env(argv)
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(argv)}\n# run as: {shlex.join(runnable(argv))}\n")
         log.flush()

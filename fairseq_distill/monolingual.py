@@ -25,7 +25,7 @@ from typing import Optional
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.segmentation import Segmenter, load_meta
-from fairseq_distill.textfiles import blank_line_numbers, file_sha256, read_lines
+from fairseq_distill.textfiles import blank_line_numbers, file_sha256, first_few, read_lines
 
 MONO_DIR = "monolingual"
 INFO_FILE = "source.json"
@@ -56,7 +56,7 @@ def read_source(path: str, data_bin: str, max_positions: Optional[int] = None):
         raise DistillError(f"--source {path} has no lines")
     empty = blank_line_numbers(lines)
     if empty:
-        listed = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
+        listed = first_few(empty)
         raise DistillError(
             f"--source {path}: line {empty[0]} is empty after normalisation ({len(empty)} empty line(s): "
             f"{listed}); every line must hold one sentence for the teacher to translate: remove the empty "

@@ -43,6 +43,7 @@ from fairseq_distill.errors import DistillError
 from fairseq_distill.generation import progress_bar, run_generate
 from fairseq_distill.hypothesis_selection import check_selection, select_hypotheses
 from fairseq_distill.segmentation import META_FILE, Segmenter, load_meta
+from fairseq_distill.textfiles import first_few
 
 BACKENDS = ("fairseq", "ctranslate2")
 
@@ -449,7 +450,7 @@ def check_sources_not_empty(sources, data: str, subset: str):
     would invent a hypothesis for an empty one and CTranslate2 return none."""
     empty = [i for i, pieces in enumerate(sources) if not pieces.strip()]
     if empty:
-        listed = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
+        listed = first_few(empty)
         raise DistillError(
             f"{data} ({subset}): sentence {empty[0]} has an empty source ({len(empty)} such sentence(s), ids "
             f"{listed}): nothing for the teacher to translate. Remove those pairs from the raw corpus and "

@@ -96,6 +96,12 @@ def is_blank(line: str) -> bool:
     return all(ch.isspace() or unicodedata.category(ch) in INVISIBLE_CATEGORIES for ch in line)
 
 
+def first_few(numbers, most: int = 10) -> str:
+    """``numbers`` for a message: the first ``most``, then "..." if there are more."""
+    numbers = list(numbers)
+    return ", ".join(map(str, numbers[:most])) + (", ..." if len(numbers) > most else "")
+
+
 def blank_line_numbers(lines: List[str]) -> List[int]:
     """The 1-based numbers of the lines :func:`is_blank` finds empty."""
     return [i + 1 for i, line in enumerate(lines) if is_blank(line)]

@@ -38,7 +38,7 @@ import time
 from fairseq_distill.cli.common import run_cli
 from fairseq_distill.errors import DistillError
 from fairseq_distill.segmentation import META_FILE, Segmenter, normalize_whitespace
-from fairseq_distill.textfiles import ERRORS, blank_line_numbers, file_sha256, read_lines
+from fairseq_distill.textfiles import ERRORS, blank_line_numbers, file_sha256, first_few, read_lines
 
 # what a rerun compares (besides the inputs), with the option that sets it
 RECORDED_OPTIONS = {"source_lang": "--source-lang", "target_lang": "--target-lang", "bpe": "--bpe",
@@ -328,7 +328,7 @@ def prepare(args):
                     f"{inputs[name][src]} / {inputs[name][tgt]}: line {line} has {n} subword tokens, more than "
                     f"--max-length {max_length} ({len(long_lines)} such line(s) in this {name} set); an "
                     f"evaluation set is never shortened: split those sentences or raise --max-length")
-            listed = ", ".join(str(line) for line, _ in long_lines[:10]) + (", ..." if len(long_lines) > 10 else "")
+            listed = first_few(line for line, _ in long_lines)
             print(f"[prepare] {name}: removed {len(long_lines):,} sentence pair(s) with a side longer than "
                   f"--max-length {max_length} subword tokens (lines {listed}; the longest has "
                   f"{max(n for _, n in long_lines):,}); they are listed in {META_FILE}")

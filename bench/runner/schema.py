@@ -9,7 +9,7 @@ plugin loaded, and :func:`check_tool_options` the ``seqkd:`` and ``cache:`` opti
 import contextlib
 import difflib
 import io
-from typing import Dict, Iterable, List
+from typing import Iterable, List, Set
 
 from fairseq_distill.errors import DistillError
 
@@ -123,18 +123,13 @@ def dependency_order(steps: List[dict], path: str) -> List[dict]:
     return ordered
 
 
-def tool_option_names(tool: str) -> Dict[str, str]:
-    """A tool's long options without dashes, mapped to themselves (``fsd-seqkd``, ``fsd-cache-teacher``)."""
+def tool_option_names(tool: str) -> Set[str]:
+    """A tool's long options without dashes (``seqkd``: fsd-seqkd, ``cache``: fsd-cache-teacher)."""
     if tool == "seqkd":
         from fairseq_distill.cli.seqkd import build_parser
     else:
         from fairseq_distill.cli.cache_teacher import build_parser
-    names = {}
-    for action in build_parser()._actions:
-        for option in action.option_strings:
-            if option.startswith("--"):
-                names[option[2:]] = option[2:]
-    return names
+    return {o[2:] for action in build_parser()._actions for o in action.option_strings if o.startswith("--")}
 
 
 def check_tool_options(cfg: dict, path: str):
@@ -143,10 +138,12 @@ def check_tool_options(cfg: dict, path: str):
         for kind, tool in (("seqkd", "fsd-seqkd"), ("cache", "fsd-cache-teacher")):
             if kind not in step:
                 continue
-            valid = {n for n in tool_option_names(kind) if n not in RUNNER_SET[kind]}
+            valid = tool_option_names(kind) - RUNNER_SET[kind]
             for key in step[kind]:
-                if key in RUNNER_SET[kind] and key in ("teacher", "data"):
+                if key in ("teacher", "data"):
                     continue  # names a step
+                if key in RUNNER_SET[kind]:
+                    raise DistillError(f"{path}: step '{step['name']}': {kind} option '{key}' is set by the runner")
                 if key not in valid:
                     raise DistillError(f"{path}: step '{step['name']}': {kind} option '{key}' is not an option "
                                        f"of {tool}{did_you_mean(key, sorted(valid))}")

@@ -1,5 +1,7 @@
-"""One way into each tool: the fsd-* console scripts the README documents are the ones
-setup.py installs, each starts, and a user error ends in one line, not a traceback."""
+"""One way into each tool: the fsd-* console scripts the documentation (README.md, docs/,
+bench/README.md) names are the ones setup.py installs, each starts, and a user error ends in
+one line, not a traceback."""
+import glob
 import os
 import re
 import sys
@@ -16,9 +18,24 @@ def installed_tools():
         return dict(re.findall(r'"(fsd-[\w-]+)=([\w.]+):main"', f.read()))
 
 
+def documentation_pages():
+    """README.md, every page under docs/, and bench/README.md: where commands are documented."""
+    pages = [os.path.join(REPO, "README.md"),
+             *sorted(glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True)),
+             os.path.join(REPO, "bench", "README.md")]
+    return pages
+
+
+def documentation() -> str:
+    text = []
+    for page in documentation_pages():
+        with open(page, encoding="utf-8") as f:
+            text.append(f.read())
+    return "\n".join(text)
+
+
 def test_the_readme_documents_console_scripts_only():
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        readme = f.read()
+    readme = documentation()
     tools = installed_tools()
     documented = set(re.findall(r"\bfsd-[a-z0-9-]*[a-z0-9]", readme))
     assert documented and documented <= set(tools), documented - set(tools)

@@ -25,7 +25,7 @@ def test_deep_transformer_export_names_the_plugin_requirement_and_decodes_with_i
                 "--max-len-b", "5", "--cpu"]
     with_plugin = run(python_module(*generate, "--user-dir", PACKAGE_DIR)).stdout
     assert re.search(r"Translated [1-9]\d* sentences", with_plugin)
-    # what the README tells users they will see without it
+    # what docs/deploy.md tells users they will see without it
     without = run(python_module(*generate), check=False)
     assert without.returncode != 0 and "KeyError: \"'no_progress_bar'\"" in without.stdout
 

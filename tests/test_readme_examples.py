@@ -1,9 +1,11 @@
-"""The README's first command of each criterion, run with its defaults on a student narrower
-than its teacher (as the demo's): none may collapse (issue 37). A tiny budget cannot show a
+"""The documentation's first command of each criterion (README.md, then docs/, then
+bench/README.md: the README's commands moved to docs/methods/, issue 33), run with its
+defaults on a student narrower than its teacher (as the demo's): none may collapse (issue 37). A tiny budget cannot show a
 KD gain, and it is too short for a collapse to show in the NLL, so each example must (1) keep
 the collapse watch quiet at a window short enough to see its loss vanish (it flags the
 teacher-side map here: tests/test_collapse.py, bench/results/readme_defaults.md) and (2) end
 within a margin of the no-KD run's validation NLL (a broken default that does not collapse)."""
+import glob
 import os
 import re
 import shlex
@@ -20,13 +22,22 @@ TEACHER_UPDATES = "300"
 WINDOW = "10"
 # bits per token of validation NLL a KD student may trail the no-KD one
 MARGIN = 0.25
-# flags of the README's commands that are not the criterion's: the student and the data are the test's
+# flags of the documented commands that are not the criterion's: the student and the data are the test's
 STOP = {"--arch", "..."}
 
 
+def documentation_pages():
+    """README.md, every page under docs/ (docs/methods/ holds each method's commands), and
+    bench/README.md, in this order."""
+    return [os.path.join(REPO, "README.md"),
+            *sorted(glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True)),
+            os.path.join(REPO, "bench", "README.md")]
+
+
 def readme_commands():
-    """{criterion: its flags} of the first fairseq-train command of each criterion in README.md."""
-    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    """{criterion: its flags} of the first fairseq-train command of each criterion in the
+    documentation pages, in the order of :func:`documentation_pages`."""
+    text = "\n".join(open(page, encoding="utf-8").read() for page in documentation_pages())
     commands = {}
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         for command in block.replace("\\\n", " ").splitlines():

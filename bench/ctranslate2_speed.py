@@ -19,10 +19,10 @@ sys.path.insert(0, REPO)
 
 import torch  # noqa: E402
 
-from fairseq_distill.evaluation import backends_table, evaluate_backends  # noqa: E402
-from fairseq_distill.ctranslate2_export import export_ctranslate2  # noqa: E402
+from fairseq_distill.evaluation.evaluate import backends_table, evaluate_backends  # noqa: E402
+from fairseq_distill.deploy.ctranslate2_export import export_ctranslate2  # noqa: E402
 from bench.runner.execute import finished_recipe  # noqa: E402
-from fairseq_distill.translators import DecodingOptions  # noqa: E402
+from fairseq_distill.deploy.translators import DecodingOptions  # noqa: E402
 from analysis import is_current, made_from  # noqa: E402
 
 

@@ -19,7 +19,7 @@ sys.path.insert(0, REPO)
 
 import torch  # noqa: E402
 
-from fairseq_distill.evaluation import evaluate  # noqa: E402
+from fairseq_distill.evaluation.evaluate import evaluate  # noqa: E402
 from bench.runner.config import evaluation_settings  # noqa: E402
 from bench.runner.execute import finished_recipe  # noqa: E402
 from analysis import is_current, made_from  # noqa: E402

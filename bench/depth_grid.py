@@ -18,8 +18,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from fairseq_distill.cli.evaluate_depths import evaluate_depths  # noqa: E402
-from fairseq_distill.scoring import markdown, paired_significance  # noqa: E402
-from fairseq_distill.textfiles import read_lines  # noqa: E402
+from fairseq_distill.evaluation.scoring import markdown, paired_significance  # noqa: E402
+from fairseq_distill.text.files import read_lines  # noqa: E402
 from bench.runner.config import evaluation_settings  # noqa: E402
 from bench.runner.execute import finished_recipe  # noqa: E402
 from analysis import is_current, made_from  # noqa: E402

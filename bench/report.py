@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(BENCH))
 
 from fairseq_distill.cli.common import run_cli  # noqa: E402
 from fairseq_distill.errors import DistillError  # noqa: E402
-from fairseq_distill.plotting import pyplot  # noqa: E402
+from fairseq_distill.evaluation.plotting import pyplot  # noqa: E402
 from bench.runner.results import recipe_markdown  # noqa: E402
 
 

@@ -9,7 +9,7 @@ Everything version-dependent lives here, so the rest of the plugin reads as plai
    refuses. ``argparse.Namespace`` is only an attribute bag, so we allow it through
    torch's public allow-list; importing the plugin (``--user-dir fairseq_distill``) is
    enough for every fairseq tool. Checkpoints exported by
-   :mod:`fairseq_distill.checkpoint` contain no Namespace at all and need nothing.
+   :mod:`fairseq_distill.deploy.checkpoint` contain no Namespace at all and need nothing.
 2. ``fairseq.models.build_model`` gained ``from_checkpoint`` after 0.12.x; we call it
    through :func:`build_model` with whatever the installed build accepts.
 3. fairseq 0.12.2 runs the encoder layers of a model loaded from a checkpoint, in eval mode,

@@ -69,7 +69,7 @@ def test_old_checkpoint_resumes_with_fairseq_train(tmp_path):
 def test_analysis_reads_the_projection_side_from_an_old_checkpoint():
     """0.1's alp_kd stored no --layer-project and mapped the teacher's states; today's default
     maps the student's. The heat map tool takes the side from the checkpoint's weights."""
-    from fairseq_distill.checkpoint import load_training_checkpoint
+    from fairseq_distill.deploy.checkpoint import load_training_checkpoint
     from fairseq_distill.cli.alp_heatmap import average_alp_weights
 
     state = load_training_checkpoint(os.path.join(FIXTURES, "alp_kd.pt"), "alp_kd")

@@ -6,8 +6,8 @@ import sys
 import pytest
 
 from helpers import PACKAGE_DIR, fairseq_train, python_module, run
-from fairseq_distill.segmentation import Segmenter
-from fairseq_distill.translators import CTranslate2Translator, DecodingOptions, translate_lines
+from fairseq_distill.text.segmentation import Segmenter
+from fairseq_distill.deploy.translators import CTranslate2Translator, DecodingOptions, translate_lines
 
 pytestmark = pytest.mark.slow  # a model trained with fairseq-train until it writes real sentences
 

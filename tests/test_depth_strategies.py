@@ -5,7 +5,7 @@ import re
 import pytest
 
 from helpers import python_module, run
-from fairseq_distill.depth_strategies import (STRATEGIES, DepthError, average_layer_distance, plan,
+from fairseq_distill.depth.strategies import (STRATEGIES, DepthError, average_layer_distance, plan,
                                               supported_depths, task_balance)
 
 

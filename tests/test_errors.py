@@ -8,7 +8,7 @@ import torch
 
 from helpers import PACKAGE_DIR, TINY_MODEL, build, fairseq_train, prepare_corpus_argv, run, write_raw_corpus
 from fairseq_distill.errors import DistillError
-from fairseq_distill.teacher import load_teacher
+from fairseq_distill.teacher.frozen import load_teacher
 
 
 @pytest.fixture(scope="module")

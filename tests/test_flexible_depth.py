@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from helpers import PACKAGE_DIR, build, fairseq_train, first_batch, python_module, run, stock_env
-from fairseq_distill.depth_strategies import plan
+from fairseq_distill.depth.strategies import plan
 from fairseq_distill.errors import DistillError
 
 from test_distributed import assert_identical_replicas, run_two_ranks

@@ -194,8 +194,8 @@ def odd_input(tiny_data):
 
 @pytest.mark.parametrize("backend", ["fairseq", "ctranslate2"])
 def test_translate_gives_one_line_per_input_line(tiny_data, exported, tmp_path, backend):
-    from fairseq_distill.segmentation import Segmenter
-    from fairseq_distill.translators import CTranslate2Translator, DecodingOptions, translate_lines
+    from fairseq_distill.text.segmentation import Segmenter
+    from fairseq_distill.deploy.translators import CTranslate2Translator, DecodingOptions, translate_lines
 
     student, dirs = exported
     lines, text = odd_input(tiny_data)

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from fairseq_distill.losses import align_attention, attention_kl, log_probs_at, masked_mse, word_kd_loss
-from fairseq_distill.teacher import TeacherEnsemble
+from fairseq_distill.teacher.frozen import TeacherEnsemble
 from fairseq_distill.terms.fusers import AttentionFuser, CombinationFuser
 
 HALF = [torch.float16, torch.bfloat16]

@@ -308,7 +308,7 @@ def test_results_keep_each_rows_test_output_for_paired_tests_in_a_later_session(
     those copies against a row run later, as if both had run in one session."""
     from bench.runner.records import committed_rows
     from bench.runner.results import write_results
-    from fairseq_distill.scoring import corpus_scores
+    from fairseq_distill.evaluation.scoring import corpus_scores
 
     refs = ["a small dog runs on the grass .", "two men sit on a bench .", "a girl in a red coat waves ."] * 4
     (tmp_path / "test.en").write_text("\n".join(refs) + "\n")

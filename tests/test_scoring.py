@@ -7,7 +7,7 @@ import pytest
 import sacrebleu
 
 from fairseq_distill.errors import DistillError
-from fairseq_distill.scoring import corpus_scores, markdown, paired_significance
+from fairseq_distill.evaluation.scoring import corpus_scores, markdown, paired_significance
 from helpers import run
 
 REFS = ["the cat sat on the mat", "a dog runs in the park", "hello world out there", "one two three four",

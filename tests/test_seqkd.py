@@ -6,7 +6,7 @@ import random
 import pytest
 
 from helpers import python_module, run
-from fairseq_distill.seqkd import load_side
+from fairseq_distill.seqkd.inputs import load_side
 
 pytestmark = pytest.mark.slow  # fsd-seqkd runs as a command (merging, binarizing, teacher decoding)
 

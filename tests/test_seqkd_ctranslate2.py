@@ -12,11 +12,11 @@ import pytest
 from sacrebleu.metrics import CHRF
 
 from helpers import PACKAGE_DIR, fairseq_train, run
-from fairseq_distill.ctranslate2_teacher import (CACHE_DIR, Decoding, check_compute_type, check_convertible,
+from fairseq_distill.seqkd.ctranslate2_backend import (CACHE_DIR, Decoding, check_compute_type, check_convertible,
                                                  length_limit, plan_batches, rank)
 from fairseq_distill.errors import DistillError
-from fairseq_distill.segmentation import Segmenter
-from fairseq_distill.seqkd import load_side
+from fairseq_distill.text.segmentation import Segmenter
+from fairseq_distill.seqkd.inputs import load_side
 
 pytest.importorskip("ctranslate2")
 
@@ -178,9 +178,9 @@ def test_beam_search_equals_fairseqs_with_its_length_penalty(tiny_data, fluent_t
     """beam 5 on the 40 valid sentences: the CTranslate2 teacher's 1-best is fairseq's own
     generator's (one sentence per batch), and so are its 3-best lists up to lenpen 1; sentences
     that reach the length limit are the ones decoded again with fairseq."""
-    from fairseq_distill.ctranslate2_teacher import CTranslate2Teacher
-    from fairseq_distill.translators import DecodingOptions, FairseqTranslator
-    from fairseq_distill.teacher import read_teacher_checkpoint
+    from fairseq_distill.seqkd.ctranslate2_backend import CTranslate2Teacher
+    from fairseq_distill.deploy.translators import DecodingOptions, FairseqTranslator
+    from fairseq_distill.teacher.frozen import read_teacher_checkpoint
 
     options = Decoding(beam=5, lenpen=lenpen, nbest=3)
     state = read_teacher_checkpoint(fluent_teacher)
@@ -257,7 +257,7 @@ def test_a_teacher_ctranslate2_cannot_express_is_refused_by_the_command(tiny_dat
 def test_sentences_at_the_length_limit_are_redecoded_in_batches_of_equal_source_length():
     """issue 36: no serial fallback. Equal source lengths: no padding and one length limit,
     so a batch decodes each sentence as fairseq does alone; batches hold at most batch_size."""
-    from fairseq_distill.ctranslate2_teacher import redecode_in_batches
+    from fairseq_distill.seqkd.ctranslate2_backend import redecode_in_batches
 
     class Recorder:
         def __init__(self):

@@ -8,10 +8,11 @@ from types import SimpleNamespace
 import pytest
 
 from fairseq_distill.errors import DistillError
-from fairseq_distill.hypothesis_selection import select_hypotheses
-from fairseq_distill.monolingual import read_source
-from fairseq_distill.segmentation import Segmenter
-from fairseq_distill.seqkd import SeqKDJob, check_options, check_source_matches, read_shards, shard_settings
+from fairseq_distill.seqkd.selection import select_hypotheses
+from fairseq_distill.seqkd.monolingual import read_source
+from fairseq_distill.text.segmentation import Segmenter
+from fairseq_distill.seqkd.inputs import SeqKDJob, check_options
+from fairseq_distill.seqkd.merge import check_source_matches, read_shards, shard_settings
 
 REF = "Two young men are outside near many bushes."
 
@@ -106,7 +107,7 @@ def test_invalid_utf8_in_the_source_gets_advice_fsd_seqkd_can_follow(tiny_data, 
 def test_an_empty_training_source_is_named_before_the_teacher_runs(tiny_data, tmp_path):
     """Data binarized by other tools may hold an EOS-only source: the fairseq backend would
     invent a hypothesis for it, CTranslate2 would return none (issue 32.3)."""
-    from fairseq_distill.seqkd import check_sources_not_empty
+    from fairseq_distill.seqkd.inputs import check_sources_not_empty
 
     check_sources_not_empty(["a b", "c"], "data-bin", "train")
     with pytest.raises(DistillError, match=r"data-bin \(train\): sentence 1 has an empty source \(2 such "
@@ -149,7 +150,7 @@ def test_shards_decoded_differently_are_not_merged(tmp_path):
 def test_merge_needs_the_subset_and_source_the_shards_translated(tmp_path):
     mono = tmp_path / "mono.de"
     mono.write_text("Ein Hund.\n", encoding="utf-8")
-    from fairseq_distill.monolingual import describe_source
+    from fairseq_distill.seqkd.monolingual import describe_source
 
     recorded = {"source": describe_source(str(mono))}
     with pytest.raises(DistillError, match=r"pass --source mono.de \(its path here\) to merge them"):
@@ -166,7 +167,7 @@ def test_merge_needs_the_subset_and_source_the_shards_translated(tmp_path):
 
 def test_a_rerun_keeps_the_shards_decoded_with_the_same_settings(tmp_path):
     """issue 32.7: fsd-seqkd resumes: a complete shard file of the same settings is kept."""
-    from fairseq_distill.seqkd import finished_shard
+    from fairseq_distill.seqkd.decode import finished_shard
 
     settings = {"backend": "fairseq", "beam": 4, "nbest": 1, "source": None, "teacher": [{"name": "t.pt", "size": 3}]}
     args = SimpleNamespace(work=str(tmp_path), num_shards=2, shard_id=1)
@@ -179,7 +180,7 @@ def test_a_rerun_keeps_the_shards_decoded_with_the_same_settings(tmp_path):
 
 def test_a_source_longer_than_the_teacher_accepts_is_named():
     """issue 32.4: fsd-seqkd names the sentence and its length before decoding, for either backend."""
-    from fairseq_distill.seqkd import check_source_lengths
+    from fairseq_distill.seqkd.inputs import check_source_lengths
 
     check_source_lengths(["a b", "c"], "data-bin", "train", 3, "--max-tokens")
     with pytest.raises(DistillError, match=r"data-bin \(train\): sentence 1 has 4 source tokens with </s>, more "

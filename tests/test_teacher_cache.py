@@ -11,8 +11,8 @@ import torch
 from helpers import build, distill_train, first_batch, python_module, run
 from fairseq_distill.errors import DistillError
 from fairseq_distill.losses import log_probs_at, topk_word_kd_loss, word_kd_loss
-from fairseq_distill.teacher_cache import TeacherCache, index_dtype
-from fairseq_distill.teacher_cache_writer import CacheJob, make_teacher_cache
+from fairseq_distill.teacher.cache import TeacherCache, index_dtype
+from fairseq_distill.teacher.cache_writer import CacheJob, make_teacher_cache
 
 # -- the sparse KL ------------------------------------------------------------------------------
 
@@ -86,7 +86,7 @@ def cache_k8(tiny_data, tiny_teacher, tmp_path_factory):
 
 
 def online_top_k(task, teacher_path, sample, k, tau=1.0):
-    from fairseq_distill.teacher import TeacherEnsemble
+    from fairseq_distill.teacher.frozen import TeacherEnsemble
 
     teachers = TeacherEnsemble.load(teacher_path, task)
     with torch.no_grad():
@@ -260,7 +260,7 @@ def test_a_cache_of_another_teacher_beside_teacher_path_is_refused(tiny_data, ti
 
 def test_a_truncated_cache_file_is_named(cache_k8, tmp_path):
     """issue 32.8: the message names the damaged file, not only the directory."""
-    from fairseq_distill.teacher_cache import LOG_PROBS_FILE
+    from fairseq_distill.teacher.cache import LOG_PROBS_FILE
 
     damaged = tmp_path / "damaged"
     shutil.copytree(cache_k8.directory, damaged)

@@ -42,7 +42,7 @@ def digest(obj) -> str:
 
 def extraction_options(spec: dict, seed: int) -> dict:
     """``init: {from: STEP, keep: top, encoder-keep: ..., decoder-group-size: ...}`` as
-    keyword arguments of :func:`fairseq_distill.extraction.extract_student`."""
+    keyword arguments of :func:`fairseq_distill.depth.extraction.extract_student`."""
     known = {"keep", "encoder-keep", "decoder-keep", "encoder-group-size", "decoder-group-size"}
     unknown = set(spec) - known
     if unknown:

@@ -8,9 +8,9 @@ from typing import Dict, List, Optional
 
 import torch
 
-from fairseq_distill.scoring import markdown as significance_markdown
-from fairseq_distill.scoring import paired_significance
-from fairseq_distill.textfiles import read_lines
+from fairseq_distill.evaluation.scoring import markdown as significance_markdown
+from fairseq_distill.evaluation.scoring import paired_significance
+from fairseq_distill.text.files import read_lines
 
 from .config import compared_baselines, dependencies
 from .host import SPEED_SETUP

@@ -10,8 +10,8 @@ seed) gives p < 0.05; otherwise the two tie.
 import statistics
 from typing import Dict, List
 
-from fairseq_distill.scoring import SIGNIFICANCE_LEVEL, paired_significance
-from fairseq_distill.textfiles import read_lines
+from fairseq_distill.evaluation.scoring import SIGNIFICANCE_LEVEL, paired_significance
+from fairseq_distill.text.files import read_lines
 
 METRICS = ("bleu", "chrf")
 

@@ -11,12 +11,12 @@ import argparse
 import json
 import os
 
-from fairseq_distill.checkpoint import load_training_checkpoint
+from fairseq_distill.deploy.checkpoint import load_training_checkpoint
 from fairseq_distill.cli.common import run_cli
 from fairseq_distill.criterions.distill import upgrade_criterion_state
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import ATTENTION_TYPES
-from fairseq_distill.plotting import pyplot
+from fairseq_distill.evaluation.plotting import pyplot
 
 
 def alignment_matrices(checkpoint: str) -> dict:

@@ -13,9 +13,9 @@ import os
 
 import torch
 
-from fairseq_distill.checkpoint import load_training_checkpoint
+from fairseq_distill.deploy.checkpoint import load_training_checkpoint
 from fairseq_distill.cli.common import run_cli
-from fairseq_distill.plotting import pyplot
+from fairseq_distill.evaluation.plotting import pyplot
 from fairseq_distill.features import run_with_features
 
 

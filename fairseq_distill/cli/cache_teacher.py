@@ -15,8 +15,8 @@ cache the teacher on that data directory (its targets are the teacher's translat
 import argparse
 
 from fairseq_distill.cli.common import run_cli
-from fairseq_distill.teacher_cache import VALUE_DTYPES
-from fairseq_distill.teacher_cache_writer import CacheJob, make_teacher_cache
+from fairseq_distill.teacher.cache import VALUE_DTYPES
+from fairseq_distill.teacher.cache_writer import CacheJob, make_teacher_cache
 
 
 def build_parser():

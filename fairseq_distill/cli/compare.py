@@ -11,8 +11,8 @@ import json
 
 from fairseq_distill.cli.common import run_cli
 from fairseq_distill.errors import DistillError
-from fairseq_distill.scoring import TESTS, markdown, paired_significance
-from fairseq_distill.textfiles import read_lines
+from fairseq_distill.evaluation.scoring import TESTS, markdown, paired_significance
+from fairseq_distill.text.files import read_lines
 
 
 def named_file(text: str):

@@ -10,7 +10,7 @@ every sub-network (1-based layer numbers).
 import argparse
 
 from fairseq_distill.cli.common import run_cli
-from fairseq_distill.depth_strategies import (STRATEGIES, DepthError, average_layer_distance, plan,
+from fairseq_distill.depth.strategies import (STRATEGIES, DepthError, average_layer_distance, plan,
                                               supported_depths, task_balance)
 from fairseq_distill.errors import DistillError
 

@@ -17,11 +17,11 @@ import argparse
 import json
 
 from fairseq_distill.cli.common import run_cli
-from fairseq_distill.evaluation import backends_table, evaluate, evaluate_backends
+from fairseq_distill.evaluation.evaluate import backends_table, evaluate, evaluate_backends
 
 
 def compare_backends(args):
-    from fairseq_distill.translators import DecodingOptions
+    from fairseq_distill.deploy.translators import DecodingOptions
 
     rows = evaluate_backends(args.checkpoint, args.data_bin, args.ctranslate2, args.subset,
                              DecodingOptions(args.beam, args.lenpen, args.max_len_a, args.max_len_b),

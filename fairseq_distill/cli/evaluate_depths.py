@@ -15,12 +15,12 @@ import argparse
 import json
 import os
 
-from fairseq_distill.checkpoint import load_checkpoint
+from fairseq_distill.deploy.checkpoint import load_checkpoint
 from fairseq_distill.cli.common import run_cli
 from fairseq_distill.cli.depth_strategies import depth_list
-from fairseq_distill.evaluation import evaluate
-from fairseq_distill.plotting import pyplot
-from fairseq_distill.depth_strategies import STRATEGIES, DepthError, plan, supported_depths
+from fairseq_distill.evaluation.evaluate import evaluate
+from fairseq_distill.evaluation.plotting import pyplot
+from fairseq_distill.depth.strategies import STRATEGIES, DepthError, plan, supported_depths
 from fairseq_distill.errors import DistillError
 
 

@@ -9,7 +9,7 @@ are copied beside the converted model). Translate with
 import argparse
 
 from fairseq_distill.cli.common import run_cli
-from fairseq_distill.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
+from fairseq_distill.deploy.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
 
 
 def main(argv=None):

@@ -8,7 +8,7 @@ plugin; the plugin's own (``deep_transformer*``, ``flexible_transformer``) need
 """
 import argparse
 
-from fairseq_distill.checkpoint import export_decoding_checkpoint
+from fairseq_distill.deploy.checkpoint import export_decoding_checkpoint
 from fairseq_distill.cli.common import run_cli
 
 

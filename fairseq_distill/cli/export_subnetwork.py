@@ -6,7 +6,7 @@ ordinary ``transformer`` checkpoint that stock ``fairseq-generate`` loads (no --
 import argparse
 
 from fairseq_distill.cli.common import run_cli
-from fairseq_distill.extraction import extract_subnetwork
+from fairseq_distill.depth.extraction import extract_subnetwork
 
 
 def main(argv=None):

@@ -10,7 +10,7 @@ its layers unless given an explicit list). Train the student from the result wit
 import argparse
 
 from fairseq_distill.cli.common import run_cli
-from fairseq_distill.extraction import KEEP_RULES, extract_student
+from fairseq_distill.depth.extraction import KEEP_RULES, extract_student
 
 
 def main(argv=None):

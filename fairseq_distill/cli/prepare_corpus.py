@@ -15,7 +15,7 @@ Segmentation is lossless so that detokenised output can be scored against the ra
 references: sentencepiece works on raw text; subword-nmt runs on whitespace-split raw
 text (no Moses tokenizer), so removing the ``@@ `` markers gives the raw text back.
 (Lossless up to whitespace: runs of whitespace are segmented as one space, see
-:mod:`fairseq_distill.segmentation`.)
+:mod:`fairseq_distill.text.segmentation`.)
 
 Lines end at ``\\n`` only (``\\r\\n`` too), as ``wc -l`` counts them; invalid UTF-8 is an
 error naming file and line unless ``--errors replace``. The binarized data is checked to
@@ -37,8 +37,8 @@ import time
 
 from fairseq_distill.cli.common import run_cli
 from fairseq_distill.errors import DistillError
-from fairseq_distill.segmentation import META_FILE, Segmenter, normalize_whitespace
-from fairseq_distill.textfiles import ERRORS, blank_line_numbers, file_sha256, first_few, read_lines
+from fairseq_distill.text.segmentation import META_FILE, Segmenter, normalize_whitespace
+from fairseq_distill.text.files import ERRORS, blank_line_numbers, file_sha256, first_few, read_lines
 
 # what a rerun compares (besides the inputs), with the option that sets it
 RECORDED_OPTIONS = {"source_lang": "--source-lang", "target_lang": "--target-lang", "bpe": "--bpe",
@@ -79,7 +79,7 @@ def over_long_pairs(src_pieces, tgt_pieces, max_length):
 
 def load_split(src_path, tgt_path, split, errors="strict"):
     """Read one split and check it: aligned line counts, not empty, no blank lines.
-    Lines end at \\n only, as ``wc -l`` counts them (see :mod:`fairseq_distill.textfiles`)."""
+    Lines end at \\n only, as ``wc -l`` counts them (see :mod:`fairseq_distill.text.files`)."""
     src_lines, tgt_lines = read_lines(src_path, errors, warn), read_lines(tgt_path, errors, warn)
     if len(src_lines) != len(tgt_lines):
         raise DistillError(

@@ -30,8 +30,9 @@ decoded with CTranslate2: use --backend fairseq. seqkd_summary.json in OUT has t
 import argparse
 
 from fairseq_distill.cli.common import run_cli
-from fairseq_distill.hypothesis_selection import SELECTIONS
-from fairseq_distill.seqkd import BACKENDS, SeqKDJob, make_seqkd_data
+from fairseq_distill.seqkd.selection import SELECTIONS
+from fairseq_distill.seqkd.inputs import BACKENDS, SeqKDJob
+from fairseq_distill.seqkd.job import make_seqkd_data
 
 
 def build_parser():

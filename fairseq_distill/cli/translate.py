@@ -15,8 +15,8 @@ import sys
 
 from fairseq_distill.cli.common import run_cli
 from fairseq_distill.errors import DistillError
-from fairseq_distill.textfiles import ERRORS, read_lines
-from fairseq_distill.translators import (BACKENDS, DecodingOptions, build_translator, join_output_lines,
+from fairseq_distill.text.files import ERRORS, read_lines
+from fairseq_distill.deploy.translators import (BACKENDS, DecodingOptions, build_translator, join_output_lines,
                                          translate_lines)
 
 

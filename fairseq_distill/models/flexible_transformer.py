@@ -3,7 +3,7 @@
 After Wang, Xiao and Zhu (Findings of EMNLP 2021). An M-layer encoder and N-layer decoder
 support the depths that divide M and N (or the subsets ``--encoder-depths`` /
 ``--decoder-depths``); depth d runs the fixed sub-network that ``--depth-strategy`` assigns
-to it (:mod:`fairseq_distill.depth_strategies`), with the embeddings and final layer norms
+to it (:mod:`fairseq_distill.depth.strategies`), with the embeddings and final layer norms
 shared by all depths. Training every (encoder depth, decoder depth) pair on each batch is
 the job of the ``translation_multidepth`` task; decoding picks one pair:
 
@@ -18,7 +18,7 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerDecoder, TransformerEncoder, TransformerModel, base_architecture
 
 from fairseq_distill import compat
-from fairseq_distill.depth_strategies import STRATEGIES, DepthError, plan, supported_depths
+from fairseq_distill.depth.strategies import STRATEGIES, DepthError, plan, supported_depths
 from fairseq_distill.errors import DistillError
 from fairseq_distill.models.prenorm import PreNormTransformerModel, force_pre_norm, set_defaults
 from fairseq_distill.modules.layer_stack import SubnetworkLayerStack

@@ -114,7 +114,7 @@ class StochasticLayerStack(nn.ModuleList):
 class SubnetworkLayerStack(nn.ModuleList):
     """The layer list of a flexible-depth stack: iterating runs only the layers of the selected
     depth's sub-network (a fixed, sorted list of indices per depth, see
-    :mod:`fairseq_distill.depth_strategies`); all layers stay registered, so every depth
+    :mod:`fairseq_distill.depth.strategies`); all layers stay registered, so every depth
     shares the same parameters and checkpoint."""
 
     def __init__(self, layers: Sequence[nn.Module], subnetworks=None, side: str = "stack"):

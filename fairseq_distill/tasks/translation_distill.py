@@ -20,8 +20,8 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import stack_shape
-from fairseq_distill.teacher import DICTIONARIES_KEY, TeacherEnsemble
-from fairseq_distill.teacher_cache import TeacherCache
+from fairseq_distill.teacher.frozen import DICTIONARIES_KEY, TeacherEnsemble
+from fairseq_distill.teacher.cache import TeacherCache
 
 logger = logging.getLogger(__name__)
 

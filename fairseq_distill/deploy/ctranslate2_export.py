@@ -17,10 +17,10 @@ import tempfile
 import torch
 from omegaconf import OmegaConf
 
-from fairseq_distill.checkpoint import load_checkpoint, plain_model_config
+from fairseq_distill.deploy.checkpoint import load_checkpoint, plain_model_config
 from fairseq_distill.errors import DistillError
-from fairseq_distill.segmentation import META_FILE, load_meta
-from fairseq_distill.translators import DEPLOY_FILE
+from fairseq_distill.text.segmentation import META_FILE, load_meta
+from fairseq_distill.deploy.translators import DEPLOY_FILE
 
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float32")
 

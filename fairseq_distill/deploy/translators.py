@@ -15,7 +15,7 @@ from typing import List, Optional
 import torch
 
 from fairseq_distill.errors import DistillError
-from fairseq_distill.segmentation import Segmenter
+from fairseq_distill.text.segmentation import Segmenter
 
 BACKENDS = ("fairseq", "ctranslate2")
 DEPLOY_FILE = "fairseq_distill_deploy.json"
@@ -77,7 +77,7 @@ class FairseqTranslator:
 
 
 class CTranslate2Translator:
-    """A model directory written by :mod:`fairseq_distill.ctranslate2_export`."""
+    """A model directory written by :mod:`fairseq_distill.deploy.ctranslate2_export`."""
 
     name = "ctranslate2"
 

@@ -7,7 +7,7 @@ student then learns the teacher output that is closest to the human translation.
 ``first`` keeps the teacher's 1-best.
 
 Texts are compared as detokenised text (subword pieces joined back with the corpus's own
-segmentation model, :meth:`fairseq_distill.segmentation.Segmenter.decode`), hypothesis and
+segmentation model, :meth:`fairseq_distill.text.segmentation.Segmenter.decode`), hypothesis and
 reference alike; scoring the pieces themselves would count sentencepiece's ``▁`` markers
 as characters.
 

@@ -1,7 +1,7 @@
 """Evaluation of a checkpoint: fairseq-generate on a test set, detokenised output, sacreBLEU.
 
 Every evaluation reports BLEU, chrF and chrF++ with their sacreBLEU signatures
-(:mod:`fairseq_distill.scoring`) and records the decoding settings that change the score
+(:mod:`fairseq_distill.evaluation.scoring`) and records the decoding settings that change the score
 (beam, length penalty, ``max-len-a``/``max-len-b``), and keeps the hypotheses for paired
 significance tests (``fsd-compare``).
 
@@ -16,12 +16,12 @@ import os
 
 import torch
 
-from fairseq_distill.checkpoint import count_parameters
+from fairseq_distill.deploy.checkpoint import count_parameters
 from fairseq_distill.errors import DistillError
-from fairseq_distill.generation import run_generate
-from fairseq_distill.scoring import corpus_scores
-from fairseq_distill.segmentation import load_meta
-from fairseq_distill.textfiles import read_lines
+from fairseq_distill.evaluation.generate import run_generate
+from fairseq_distill.evaluation.scoring import corpus_scores
+from fairseq_distill.text.segmentation import load_meta
+from fairseq_distill.text.files import read_lines
 
 POST_PROCESS = {"sentencepiece": "sentencepiece", "subword_nmt": "subword_nmt"}
 
@@ -113,9 +113,9 @@ def evaluate_backends(checkpoint, data_bin, ct2_dirs, subset="test", options=Non
     of the machine does not fall on one backend only; each backend's fastest round counts
     (all rounds' tokens/s are kept in ``tokens_per_second_rounds``). Decoding is
     deterministic, so BLEU does not depend on the round."""
-    from fairseq_distill.translators import (CTranslate2Translator, DecodingOptions, FairseqTranslator,
+    from fairseq_distill.deploy.translators import (CTranslate2Translator, DecodingOptions, FairseqTranslator,
                                              read_deployment, translate_lines)
-    from fairseq_distill.segmentation import Segmenter
+    from fairseq_distill.text.segmentation import Segmenter
 
     if repeats < 1:
         raise DistillError(f"repeats must be at least 1, got {repeats}")

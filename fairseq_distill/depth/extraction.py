@@ -6,7 +6,7 @@ layers that learned to stand in for one another; the student keeps one layer per
 uses, and the same student on every run; the paper draws one at random, ``keep="random"``),
 renumbered consecutively, with everything else (embeddings,
 final layer norms, output projection) copied as it is. The result is a decoding-format
-checkpoint (see :mod:`fairseq_distill.checkpoint`) with the student's layer counts, no
+checkpoint (see :mod:`fairseq_distill.deploy.checkpoint`) with the student's layer counts, no
 optimizer state and no training progress, from which student training starts with
 ``--restore-file STUDENT.pt --reset-optimizer --reset-lr-scheduler --reset-meters
 --reset-dataloader``.
@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-from fairseq_distill.checkpoint import count_parameters, export_decoding_checkpoint, load_checkpoint
+from fairseq_distill.deploy.checkpoint import count_parameters, export_decoding_checkpoint, load_checkpoint
 from fairseq_distill.errors import DistillError
 
 KEEP_RULES = ("top", "bottom", "random", "all")

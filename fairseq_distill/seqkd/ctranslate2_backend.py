@@ -1,7 +1,7 @@
 """The seq-KD teacher decoded with CTranslate2 instead of fairseq-generate, with fairseq's rules.
 
 Conversion. The teacher checkpoint is converted once, at full precision, with the export
-code of :mod:`fairseq_distill.ctranslate2_export`, into ``WORK/ctranslate2-teacher/KEY``;
+code of :mod:`fairseq_distill.deploy.ctranslate2_export`, into ``WORK/ctranslate2-teacher/KEY``;
 every shard and rerun with the same work directory reuses it. KEY hashes the checkpoint's
 absolute path, size and modification time and the CTranslate2 version, so a retrained
 teacher or another CTranslate2 is converted again. ``--compute-type`` (int8, ...) is applied
@@ -12,7 +12,7 @@ so shards started side by side never read a half-written model.
 What cannot be converted stops with a DistillError that says why and names
 ``--backend fairseq``: an ensemble (CTranslate2 decodes one model; fairseq averages the
 members' probabilities), an architecture CTranslate2 cannot express
-(:data:`~fairseq_distill.ctranslate2_export.UNSUPPORTED`, e.g. ``deep_transformer``'s
+(:data:`~fairseq_distill.deploy.ctranslate2_export.UNSUPPORTED`, e.g. ``deep_transformer``'s
 relative positions) or one its converter refuses.
 
 Decoding follows fairseq's ``SequenceGenerator`` on the same subword tokens fairseq reads
@@ -60,9 +60,9 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from fairseq_distill.ctranslate2_export import convert, model_config, unsupported_reason
+from fairseq_distill.deploy.ctranslate2_export import convert, model_config, unsupported_reason
 from fairseq_distill.errors import DistillError
-from fairseq_distill.translators import DecodingOptions
+from fairseq_distill.deploy.translators import DecodingOptions
 
 CACHE_DIR = "ctranslate2-teacher"
 INFO_FILE = "converted_from.json"
@@ -256,7 +256,7 @@ class CTranslate2Teacher:
     def fairseq(self):
         """fairseq's own generator for the same teacher, loaded when first needed."""
         if self._fairseq is None:
-            from fairseq_distill.translators import DecodingOptions, FairseqTranslator
+            from fairseq_distill.deploy.translators import DecodingOptions, FairseqTranslator
 
             o = self.options
             self._fairseq = FairseqTranslator(self.checkpoint, self.data_bin, DecodingOptions(

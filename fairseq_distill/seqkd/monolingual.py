@@ -2,7 +2,7 @@
 
 The teacher translates FILE as well, and each (line, translation) pair joins the training
 pairs. The lines go through what the corpus went through in ``prepare_corpus``: read as
-UTF-8 with lines ending at ``\\n`` only (:mod:`fairseq_distill.textfiles`), segmented with
+UTF-8 with lines ending at ``\\n`` only (:mod:`fairseq_distill.text.files`), segmented with
 the data directory's own subword model, binarized with its source dictionary. Both
 backends then read the same binarized tokens, as they do for the training source.
 
@@ -24,8 +24,8 @@ import tempfile
 from typing import Optional
 
 from fairseq_distill.errors import DistillError
-from fairseq_distill.segmentation import Segmenter, load_meta
-from fairseq_distill.textfiles import blank_line_numbers, file_sha256, first_few, read_lines
+from fairseq_distill.text.segmentation import Segmenter, load_meta
+from fairseq_distill.text.files import blank_line_numbers, file_sha256, first_few, read_lines
 
 MONO_DIR = "monolingual"
 INFO_FILE = "source.json"

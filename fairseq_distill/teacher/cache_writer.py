@@ -1,4 +1,4 @@
-"""Making a teacher cache (:mod:`fairseq_distill.teacher_cache`): run the teacher(s) once
+"""Making a teacher cache (:mod:`fairseq_distill.teacher.cache`): run the teacher(s) once
 over a subset, teacher-forced on its targets as training feeds them, and keep the top-k.
 
     fsd-cache-teacher --teacher T.pt --data data-bin --top-k 32 --out cache
@@ -28,8 +28,8 @@ from tqdm import tqdm
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.losses import ensemble_log_probs
-from fairseq_distill.textfiles import file_sha256
-from fairseq_distill.teacher_cache import (
+from fairseq_distill.text.files import file_sha256
+from fairseq_distill.teacher.cache import (
     INDICES_FILE, LOG_PROBS_FILE, OFFSETS_FILE, VALUE_DTYPES, CacheMeta, dictionary_digest,
     index_dtype, offsets_from_sizes, sizes_digest,
 )
@@ -82,7 +82,7 @@ def setup_data(job: CacheJob):
     """The translation task over ``job.data`` and the subset's dataset."""
     from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-    from fairseq_distill.segmentation import load_meta
+    from fairseq_distill.text.segmentation import load_meta
 
     meta = load_meta(job.data) or {}
     # a config made here, not by fairseq's parser: its fields that refer to other config
@@ -119,7 +119,7 @@ def finished_shard(job: CacheJob, shard_id: int) -> bool:
 
 def make_shard(job: CacheJob, task, dataset, shard_id: int) -> dict:
     """Run the teachers over one shard's batches and append their top-k rows to its files."""
-    from fairseq_distill.teacher import TeacherEnsemble
+    from fairseq_distill.teacher.frozen import TeacherEnsemble
 
     teachers = TeacherEnsemble.load(job.teacher, task, job.allow_size_only_dictionary_check)
     vocab = len(task.target_dictionary)

@@ -2,7 +2,7 @@
 
 Word-level KD needs, for every target token, the teacher's distribution over the vocabulary.
 Running the teacher in every training step of every student repeats the same computation;
-a cache made by ``fsd-cache-teacher`` (:mod:`fairseq_distill.teacher_cache_writer`) keeps
+a cache made by ``fsd-cache-teacher`` (:mod:`fairseq_distill.teacher.cache_writer`) keeps
 the K most probable tokens of each position instead, and training reads them by fairseq's
 ``sample["id"]``. A cache is a directory:
 
@@ -168,7 +168,7 @@ class TeacherCache:
         """Word-level KD reads this cache while ``terms`` run the teachers at ``paths``
         (``--teacher-path``): they must be the teachers the cache was made from (by SHA-256, so
         a copy elsewhere passes), else the terms would learn from two different teachers."""
-        from fairseq_distill.textfiles import file_sha256
+        from fairseq_distill.text.files import file_sha256
 
         digests = [file_sha256(p) for p in paths]
         if digests == list(self.meta.teacher_digests):

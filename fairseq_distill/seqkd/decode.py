@@ -1,0 +1,88 @@
+"""Decoding one shard of a seq-KD job with either backend, and recognising a shard already
+decoded with the same settings (:mod:`fairseq_distill.seqkd.job`)."""
+import json
+import os
+
+
+from fairseq_distill.evaluation.generate import progress_bar, run_generate
+from fairseq_distill.seqkd.inputs import Inputs, shard_path
+
+
+def generate_fairseq(args, src, tgt, inputs: Inputs):
+    """fairseq-generate on the shard: {id: n-best pieces strings}, seconds, stats."""
+    from fairseq_distill.seqkd.monolingual import SUBSET
+
+    gen_args = [
+        "--beam", str(args.beam), "--nbest", str(args.nbest), "--lenpen", str(args.lenpen),
+        "--max-len-a", str(args.max_len_a), "--max-len-b", str(args.max_len_b),
+        "--source-lang", src, "--target-lang", tgt,
+        # fairseq-generate shards its batch iterator by the distributed world size and rank
+        # (no process group is created by generate)
+        "--distributed-world-size", str(args.num_shards), "--distributed-rank", str(args.shard_id),
+    ]
+    gen_args += ["--max-tokens", str(args.max_tokens)] if args.max_tokens else ["--batch-size", str(args.batch_size)]
+    out = shard_path(args.work, args.shard_id, args.num_shards)
+    nbest, seconds = {}, 0.0
+    parts = [(args.data, args.subset, 0, len(inputs.train), "")]
+    if inputs.mono_dir:
+        parts.append((inputs.mono_dir, SUBSET, len(inputs.train), len(inputs.mono), ".monolingual"))
+    for data, subset, offset, total, suffix in parts:
+        result = run_generate(
+            data, args.teacher, subset, gen_args,
+            total=(total + args.num_shards - 1) // args.num_shards if args.num_shards > 1 else total,
+            log_path=out + suffix + ".log",
+            description=f"teacher shard {args.shard_id}/{args.num_shards}{suffix.replace('.', ' ')}",
+        )
+        nbest.update({offset + sid: hyps for sid, hyps in result.nbest.items()})
+        seconds += result.wall_seconds
+    return nbest, seconds, {}
+
+
+def generate_ctranslate2(args, inputs: Inputs, teacher):
+    """CTranslate2 on the shard (sentence i is in shard i mod N): as :func:`generate_fairseq`."""
+    ids = range(args.shard_id, len(inputs), args.num_shards)
+    bar = progress_bar(len(ids), f"teacher shard {args.shard_id}/{args.num_shards} (ctranslate2)")
+    try:
+        result = teacher.decode({i: inputs[i].split() for i in ids}, progress=bar.update)
+    finally:
+        bar.close()
+    nbest = {sid: [" ".join(h) for h in hyps] for sid, hyps in result.nbest.items()}
+    stats = {"at_length_limit": result.at_length_limit, "redecoded_with_fairseq": result.redecoded_with_fairseq}
+    return nbest, result.seconds, stats
+
+
+def finished_shard(args, settings: dict) -> bool:
+    """Whether shard ``args.shard_id``'s file is complete (written whole, then renamed) and was
+    decoded with ``settings``: a rerun keeps it instead of decoding it again."""
+    path = shard_path(args.work, args.shard_id, args.num_shards)
+    if not os.path.isfile(path):
+        return False
+    with open(path, encoding="utf-8") as f:
+        try:
+            header = json.loads(f.readline())
+        except ValueError:
+            return False
+    return header.get("settings") == json.loads(json.dumps(settings))
+
+
+def generate_shard(args, src, tgt, inputs: Inputs, settings: dict, teacher=None):
+    """Decode shard ``args.shard_id`` and write its file: a header line (``settings``, counts),
+    then one record per sentence: ``{"id", "hyp"}``, plus ``"nbest"`` (best first) when N > 1."""
+    os.makedirs(args.work, exist_ok=True)
+    if args.backend == "ctranslate2":
+        nbest, seconds, stats = generate_ctranslate2(args, inputs, teacher)
+    else:
+        nbest, seconds, stats = generate_fairseq(args, src, tgt, inputs)
+    out = shard_path(args.work, args.shard_id, args.num_shards)
+    header = {"shard": args.shard_id, "num_shards": args.num_shards, "settings": settings,
+              "stats": {"sentences": len(nbest), "decode_seconds": round(seconds, 1), **stats}}
+    with open(out + ".tmp", "w", encoding="utf-8") as f:
+        f.write(json.dumps(header, ensure_ascii=False) + "\n")
+        for sid in sorted(nbest):
+            record = {"id": sid, "hyp": nbest[sid][0] if nbest[sid] else ""}
+            if args.nbest > 1:
+                record["nbest"] = nbest[sid]
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    os.replace(out + ".tmp", out)  # a shard file exists only once it is complete
+    print(f"[seqkd] shard {args.shard_id}/{args.num_shards} ({args.backend}): {len(nbest):,} sentences "
+          f"in {seconds:.0f}s -> {out}")

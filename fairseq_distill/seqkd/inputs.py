@@ -1,0 +1,157 @@
+"""What a seq-KD job reads: its options, checked, and the source sentences it translates
+(the training set, then any monolingual source). :mod:`fairseq_distill.seqkd.job` runs the job."""
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+from fairseq.data import Dictionary, data_utils
+
+from fairseq_distill.errors import DistillError
+from fairseq_distill.seqkd.selection import check_selection
+from fairseq_distill.text.files import first_few
+
+BACKENDS = ("fairseq", "ctranslate2")
+
+
+@dataclass
+class SeqKDJob:
+    """What to make: the fields are fsd-seqkd's options (see its ``--help``)."""
+    data: str
+    teacher: Optional[str] = None  # ':'-separated for an ensemble
+    out: Optional[str] = None
+    work: Optional[str] = None  # shard outputs; default OUT.work
+    subset: str = "train"
+    source_lang: Optional[str] = None
+    target_lang: Optional[str] = None
+    backend: str = "fairseq"
+    compute_type: Optional[str] = None  # ctranslate2 only (default float32)
+    threads: Optional[int] = None  # ctranslate2's CPU threads (default: all cores)
+    beam: int = 5
+    lenpen: float = 1.0
+    max_len_a: float = 1.2
+    max_len_b: int = 10
+    nbest: int = 1
+    select: str = "chrf"
+    source: Optional[str] = None  # monolingual source text to translate as well
+    batch_size: int = 128
+    max_tokens: Optional[int] = None
+    num_shards: int = 1
+    shard_id: Optional[int] = None  # generate only this shard, merge later
+    merge: bool = False  # only merge existing shards
+    on_missing: str = "fail"  # or "reference"
+    max_len_ratio: Optional[float] = None
+    allow_size_only_dictionary_check: bool = False  # teacher dictionaries not found: compare sizes
+
+
+def data_langs(data_bin, meta, args):
+    src = args.source_lang or (meta or {}).get("source_lang")
+    tgt = args.target_lang or (meta or {}).get("target_lang")
+    if not (src and tgt):
+        raise DistillError(f"cannot tell the languages of {data_bin}: pass --source-lang and --target-lang")
+    return src, tgt
+
+
+def load_side(data_bin, subset, src, tgt, lang):
+    dictionary = Dictionary.load(os.path.join(data_bin, f"dict.{lang}.txt"))
+    prefix = os.path.join(data_bin, f"{subset}.{src}-{tgt}.{lang}")
+    dataset = data_utils.load_indexed_dataset(prefix, dictionary)
+    if dataset is None:
+        raise DistillError(f"no binarized '{subset}' data for '{lang}' at {prefix}.bin/.idx")
+    return [dictionary.string(dataset[i]) for i in range(len(dataset))]
+
+
+def shard_path(work, shard_id, num_shards):
+    return os.path.join(work, f"shard{shard_id}-of-{num_shards}.jsonl")
+
+
+def check_options(args: SeqKDJob):
+    """Refuse bad options before anything runs, naming what is valid."""
+    if args.backend not in BACKENDS:
+        raise DistillError(f"unknown --backend '{args.backend}'; choose one of {', '.join(BACKENDS)}")
+    for flag, value in (("--compute-type", args.compute_type), ("--threads", args.threads)):
+        if value is not None and args.backend != "ctranslate2":
+            raise DistillError(f"{flag} applies to --backend ctranslate2 only (the backend is {args.backend})")
+    if args.threads is not None and args.threads < 1:
+        raise DistillError(f"--threads must be at least 1, got {args.threads}")
+    if args.beam < 1:
+        raise DistillError(f"--beam must be at least 1, got {args.beam}")
+    if not 1 <= args.nbest <= args.beam:
+        raise DistillError(f"--nbest must be between 1 and the beam size ({args.beam}), got {args.nbest}: "
+                           f"beam search finds at most beam-size hypotheses")
+    check_selection(args.select)
+    if args.on_missing not in ("fail", "reference"):
+        raise DistillError(f"unknown --on-missing '{args.on_missing}'; choose fail or reference")
+    if args.max_len_ratio is not None and args.max_len_ratio < 1:
+        raise DistillError(f"--max-len-ratio must be at least 1 (pairs within R and 1/R are kept), "
+                           f"got {args.max_len_ratio}")
+
+
+def read_teachers(teachers, data_bin, src, tgt, allow_size_only=False):
+    """The teachers' loaded states, each checked to share the data's dictionaries (or its ids
+    mean other words)."""
+    from fairseq_distill.teacher import frozen as teacher
+
+    src_dict = Dictionary.load(os.path.join(data_bin, f"dict.{src}.txt"))
+    tgt_dict = Dictionary.load(os.path.join(data_bin, f"dict.{tgt}.txt"))
+    paths = teacher.split_teacher_paths(teachers)
+    states = []
+    for path in paths:
+        state = teacher.read_teacher_checkpoint(path)
+        teacher.check_teacher_dictionaries(state, path, src_dict, tgt_dict, allow_size_only)
+        states.append(state)
+    return paths, states
+
+
+def decoding_settings(args, paths, mono_info) -> dict:
+    """How a shard was decoded: recorded in its first line; every shard of a merge must agree.
+    Files are named by name and size, not path: shards may be decoded on other machines."""
+    return {
+        "backend": args.backend,
+        "compute_type": (args.compute_type or "float32") if args.backend == "ctranslate2" else None,
+        "teacher": [{"name": os.path.basename(p), "size": os.path.getsize(p)} for p in paths],
+        "subset": args.subset, "beam": args.beam, "lenpen": args.lenpen,
+        "max_len_a": args.max_len_a, "max_len_b": args.max_len_b, "nbest": args.nbest,
+        "source": mono_info,
+    }
+
+
+class Inputs:
+    """The sentences to translate: the training source (ids 0..n-1), then the lines of
+    ``--source`` (ids n..n+m-1), each as the binarized subword tokens."""
+
+    def __init__(self, args, src, tgt, mono_dir=None):
+        from fairseq_distill.seqkd.monolingual import SUBSET
+
+        self.train = load_side(args.data, args.subset, src, tgt, src)
+        self.mono = load_side(mono_dir, SUBSET, src, tgt, src) if mono_dir else []
+        self.mono_dir = mono_dir
+
+    def __len__(self):
+        return len(self.train) + len(self.mono)
+
+    def __getitem__(self, i):
+        return self.train[i] if i < len(self.train) else self.mono[i - len(self.train)]
+
+
+def check_sources_not_empty(sources, data: str, subset: str):
+    """Every source sentence (its subword pieces) has a token besides </s>: the fairseq backend
+    would invent a hypothesis for an empty one and CTranslate2 return none."""
+    empty = [i for i, pieces in enumerate(sources) if not pieces.strip()]
+    if empty:
+        listed = first_few(empty)
+        raise DistillError(
+            f"{data} ({subset}): sentence {empty[0]} has an empty source ({len(empty)} such sentence(s), ids "
+            f"{listed}): nothing for the teacher to translate. Remove those pairs from the raw corpus and "
+            f"prepare it again (fsd-prepare-corpus refuses blank lines and lines empty after normalisation)")
+
+
+def check_source_lengths(sources, data: str, subset: str, limit: int, what: str):
+    """Every source sentence, with its </s>, fits ``limit`` tokens (``what`` names the limit)."""
+    lengths = [len(pieces.split()) + 1 for pieces in sources]
+    over = [i for i, n in enumerate(lengths) if n > limit]
+    if over:
+        longest = max(over, key=lambda i: lengths[i])
+        raise DistillError(
+            f"{data} ({subset}): sentence {over[0]} has {lengths[over[0]]} source tokens with </s>, more than "
+            f"{what} ({limit}); {len(over)} such sentence(s), the longest {longest} with {lengths[longest]}. "
+            f"Remove them when preparing the data (fsd-prepare-corpus --max-length) or raise the limit")

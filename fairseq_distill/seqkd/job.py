@@ -1,0 +1,125 @@
+"""Sequence-level KD data: the teacher translates the training source, and the result is
+binarized with the teacher's dictionaries into a new data directory.
+
+A :class:`SeqKDJob` says what to make; :func:`make_seqkd_data` plans the shards, runs the
+teacher on those it asks for (:func:`generate_shard`), and once every shard exists merges
+them (:func:`merge`): hypotheses back in corpus order, counts verified, one hypothesis
+chosen per sentence, pairs filtered, the result binarized. ``fsd-seqkd`` is its command line.
+
+Backends. ``fairseq`` (the default) runs stock fairseq-generate; ``ctranslate2`` converts
+the teacher once and decodes with CTranslate2 by fairseq's rules
+(:mod:`fairseq_distill.seqkd.ctranslate2_backend`: the length limit, the length penalty, what it
+does at the limit, what it cannot decode). Both read the binarized source, so the teacher
+sees the same subword tokens either way. Shard files are the same for both; the first line
+of each records how it was decoded, and shards decoded differently are not merged together.
+
+Every training sentence must get exactly one hypothesis, put back in corpus order. A
+missing or empty hypothesis stops the merge (``--on-missing fail``, the default) or is
+replaced by the original reference (``--on-missing reference``); either way it is
+reported. ``--max-len-ratio R`` drops pairs whose hypothesis/source length ratio is above
+R or below 1/R, and reports how many. The valid and test sets are copied unchanged.
+
+``--nbest N`` keeps the teacher's N best hypotheses per sentence in the shards;
+``--select chrf`` (the default) then keeps the one closest to the reference by sentence
+chrF, ``--select first`` the 1-best (:mod:`fairseq_distill.seqkd.selection`).
+
+``--source FILE`` adds monolingual source text: the teacher translates it too and the pairs
+follow the training pairs (:mod:`fairseq_distill.seqkd.monolingual`). Its lines have no reference:
+they keep the 1-best under any ``--select``, and one with no (or an empty) hypothesis fails
+the merge, or under ``--on-missing reference`` is left out; either way it is counted.
+"""
+import json
+import os
+import time
+from typing import Optional
+
+from fairseq_distill.errors import DistillError
+from fairseq_distill.text.segmentation import load_meta
+from fairseq_distill.seqkd.decode import finished_shard, generate_shard
+from fairseq_distill.seqkd.inputs import (Inputs, SeqKDJob, check_options, check_source_lengths,
+                                          check_sources_not_empty, data_langs, decoding_settings, load_side,
+                                          read_teachers, shard_path)
+from fairseq_distill.seqkd.merge import merge
+
+
+def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
+    """Generate the shards ``args`` asks for and, when all exist, merge them into ``args.out``;
+    returns the merge's summary (None after one shard of many)."""
+    check_options(args)
+    if not os.path.isdir(args.data):
+        raise DistillError(f"data directory not found: '{args.data}'")
+    meta = load_meta(args.data)
+    src, tgt = data_langs(args.data, meta, args)
+    sources = load_side(args.data, args.subset, src, tgt, src)
+    if len(sources) == 0:
+        raise DistillError(f"empty corpus: '{args.subset}' in {args.data} has no sentences")
+    if not args.merge:
+        check_sources_not_empty(sources, args.data, args.subset)
+    if args.num_shards < 1 or (args.shard_id is not None and not 0 <= args.shard_id < args.num_shards):
+        raise DistillError(f"--shard-id must be in 0..{args.num_shards - 1}, got {args.shard_id}")
+    if args.work is None:
+        if args.out is None:
+            raise DistillError("pass --work (shard outputs) or --out (new data directory)")
+        args.work = args.out.rstrip("/") + ".work"
+
+    inputs = None
+    if not args.merge:
+        if not args.teacher:
+            raise DistillError("--teacher is required to generate")
+        paths, states = read_teachers(args.teacher, args.data, src, tgt, args.allow_size_only_dictionary_check)
+        from fairseq_distill.seqkd.ctranslate2_backend import max_source_positions
+
+        check_source_lengths(sources, args.data, args.subset, min(max_source_positions(s) for s in states),
+                             "the teacher's source positions")
+        if args.max_tokens:
+            check_source_lengths(sources, args.data, args.subset, args.max_tokens, "--max-tokens")
+        teacher = None
+        if args.backend == "ctranslate2":
+            from fairseq_distill.seqkd import ctranslate2_backend as ct2
+
+            ct2.check_convertible(paths, states)
+            ct2.check_compute_type(args.compute_type or ct2.DEFAULT_COMPUTE_TYPE)
+        mono_info = mono_dir = None
+        if args.source:
+            from fairseq_distill.seqkd.ctranslate2_backend import max_source_positions
+            from fairseq_distill.seqkd.monolingual import describe_source, prepare_source
+
+            mono_info = describe_source(args.source)
+            mono_dir = prepare_source(args.source, args.data, src, tgt, args.work,
+                                      min(max_source_positions(s) for s in states), mono_info)
+        inputs = Inputs(args, src, tgt, mono_dir)
+        settings = decoding_settings(args, paths, mono_info)
+        if args.backend == "ctranslate2":
+            teacher = ct2.CTranslate2Teacher(
+                paths[0], states[0], args.data, src, tgt, args.work,
+                ct2.Decoding(beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
+                             max_len_b=args.max_len_b, nbest=args.nbest, batch_size=args.batch_size,
+                             max_tokens=args.max_tokens),
+                args.compute_type or ct2.DEFAULT_COMPUTE_TYPE, args.threads)
+        del states  # the teacher weights are not needed in memory while decoding
+        shard_ids = [args.shard_id] if args.shard_id is not None else range(args.num_shards)
+        started = time.time()
+        for shard_id in shard_ids:
+            args.shard_id = shard_id
+            if finished_shard(args, settings):
+                print(f"[seqkd] shard {shard_id}/{args.num_shards}: kept from an earlier run with the same "
+                      f"settings ({shard_path(args.work, shard_id, args.num_shards)})")
+                continue
+            generate_shard(args, src, tgt, inputs, settings, teacher)
+        decode_seconds = time.time() - started
+        if len(shard_ids) != args.num_shards:
+            return None  # one shard of many: merge later
+    else:
+        decode_seconds = None
+    if not args.out:
+        raise DistillError("--out is required to merge")
+    summary = merge(args, src, tgt, inputs)
+    if decode_seconds is not None:
+        summary["decode_seconds"] = round(decode_seconds, 1)
+        summary["sentences_per_second"] = round(len(inputs) / decode_seconds, 1)
+        with open(os.path.join(args.out, "seqkd_summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+    print("[seqkd] " + ", ".join(f"{k} {v:,}" if isinstance(v, int) and not isinstance(v, bool)
+                                 else f"{k} {v}" for k, v in summary.items()))
+    print(f"[seqkd] new data directory: {args.out}")
+    return summary

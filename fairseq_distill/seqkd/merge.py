@@ -1,0 +1,213 @@
+"""Merging the shards of a seq-KD job: hypotheses back in corpus order, counts verified, one
+chosen per sentence, pairs filtered, the result binarized (:mod:`fairseq_distill.seqkd.job`)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+
+from fairseq_distill.errors import DistillError
+from fairseq_distill.evaluation.generate import progress_bar
+from fairseq_distill.seqkd.selection import select_hypotheses
+from fairseq_distill.text.segmentation import META_FILE, Segmenter, load_meta
+from fairseq_distill.seqkd.inputs import Inputs, load_side, shard_path
+
+
+def read_shards(args):
+    """Every shard's header (None for a file without one) and the n-best lists by id."""
+    headers, lists = [], {}
+    for shard_id in range(args.num_shards):
+        path = shard_path(args.work, shard_id, args.num_shards)
+        if not os.path.isfile(path):
+            raise DistillError(f"shard {shard_id} of {args.num_shards} is missing: {path} "
+                               f"(run with --shard-id {shard_id} first)")
+        header = None
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                record = json.loads(line)
+                if "id" not in record:
+                    header = record
+                    continue
+                if record["id"] in lists:
+                    raise DistillError(f"sentence id {record['id']} appears in two shards")
+                lists[record["id"]] = record.get("nbest") or [record["hyp"]]
+        headers.append(header)
+    return headers, lists
+
+
+def shard_settings(headers, args) -> dict:
+    """The settings every shard was decoded with; shards decoded differently are refused."""
+    settings = [(h or {}).get("settings") for h in headers]
+    for shard_id, s in enumerate(settings[1:], 1):
+        if s != settings[0]:
+            differ = sorted(k for k in set(s or {}) | set(settings[0] or {})
+                            if (s or {}).get(k) != (settings[0] or {}).get(k)) or ["(no record)"]
+            raise DistillError(
+                f"shards 0 and {shard_id} of {args.num_shards} were decoded with different settings "
+                f"({', '.join(differ)}): {settings[0]} vs {s}; decode them again with the same options")
+    return settings[0] or {}
+
+
+def check_source_matches(settings, args):
+    """The --subset and --source given to the merge must be what the shards translated."""
+    if settings.get("subset", args.subset) != args.subset:
+        raise DistillError(f"the shards translated --subset {settings['subset']}, not {args.subset}: "
+                           f"pass --subset {settings['subset']} to merge them")
+    recorded = settings.get("source")
+    if recorded and not args.source:
+        raise DistillError(f"the shards hold translations of the monolingual source {recorded['name']}: "
+                           f"pass --source {recorded['name']} (its path here) to merge them")
+    if args.source and not recorded:
+        raise DistillError(f"--source {args.source} was given, but the shards were decoded without a "
+                           f"monolingual source; decode them again with --source, or merge without it")
+    if recorded and args.source:
+        from fairseq_distill.seqkd.monolingual import describe_source
+
+        if describe_source(args.source)["sha256"] != recorded["sha256"]:
+            raise DistillError(f"--source {args.source} is not the file the shards translated "
+                               f"({recorded['name']}, since changed or another file); decode them again")
+
+
+def merge(args, src, tgt, inputs: Optional[Inputs] = None):
+    started = time.time()
+    headers, lists = read_shards(args)
+    settings = shard_settings(headers, args)
+    check_source_matches(settings, args)
+    if inputs is None:
+        mono_dir = None
+        if args.source:
+            from fairseq_distill.seqkd.monolingual import prepare_source
+
+            mono_dir = prepare_source(args.source, args.data, src, tgt, args.work, info=settings["source"])
+        inputs = Inputs(args, src, tgt, mono_dir)
+    references = load_side(args.data, args.subset, src, tgt, tgt)
+    n, m = len(inputs.train), len(inputs.mono)
+
+    total = n + m
+    unknown = sorted(i for i in lists if not 0 <= i < total)
+    if unknown:
+        raise DistillError(f"hypotheses for ids outside the corpus (0..{total - 1}): {unknown[:5]}")
+    chosen = choose(args, lists, references, n)
+    hyps = {i: lists[i][k] for i, k in chosen.items()}
+    missing = [i for i in range(total) if not hyps.get(i, "").strip()]
+    if missing and args.on_missing == "fail":
+        train_missing = [i for i in missing if i < n]
+        mono_missing = [i - n + 1 for i in missing if i >= n]
+        what = []
+        if train_missing:
+            what.append(f"{len(train_missing)} of {n} training sentences have no (or an empty) teacher "
+                        f"hypothesis (first ids: {train_missing[:10]})")
+        if mono_missing:
+            what.append(f"{len(mono_missing)} of {m} lines of --source have none (first lines: {mono_missing[:10]})")
+        raise DistillError(
+            f"{'; '.join(what)}; rerun the missing shards, or pass --on-missing reference to keep the "
+            f"original reference for training sentences (and leave such --source lines out)")
+    missing_set = set(missing)
+    train_missing = [i for i in missing if i < n]
+    sources = inputs.train + inputs.mono
+    targets = {i: references[i] if i in missing_set else hyps[i] for i in range(n)}
+    targets.update({i: hyps[i] for i in range(n, total) if i not in missing_set})
+
+    keep = sorted(targets)
+    filtered = 0
+    if args.max_len_ratio:
+        r = args.max_len_ratio
+        keep = [i for i in keep
+                if 1 / r <= len(targets[i].split()) / max(len(sources[i].split()), 1) <= r]
+        filtered = len(targets) - len(keep)
+
+    os.makedirs(args.out, exist_ok=True)
+    text_prefix = os.path.join(args.work, "seqkd")
+    with open(f"{text_prefix}.{src}", "w", encoding="utf-8") as fs, \
+            open(f"{text_prefix}.{tgt}", "w", encoding="utf-8") as ft:
+        for i in keep:
+            fs.write(sources[i] + "\n")
+            ft.write(targets[i] + "\n")
+    subprocess.run([
+        sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
+        "--trainpref", text_prefix, "--destdir", args.out,
+        "--srcdict", os.path.join(args.data, f"dict.{src}.txt"),
+        "--tgtdict", os.path.join(args.data, f"dict.{tgt}.txt"),
+        "--workers", "1",
+    ], check=True, stdout=subprocess.DEVNULL)
+    # binarized train must hold exactly the kept pairs
+    written = len(load_side(args.out, "train", src, tgt, tgt))
+    if written != len(keep):
+        raise DistillError(f"binarized {written} pairs but wrote {len(keep)}")
+    copy_other_splits(args.data, args.out, n_train=len(keep), source=args.source)
+
+    limit = {"a": settings.get("max_len_a", args.max_len_a), "b": settings.get("max_len_b", args.max_len_b)}
+    at_limit = sum(len(targets[i].split()) >= int(limit["a"] * (len(sources[i].split()) + 1) + limit["b"])
+                   for i in keep if i not in missing_set)
+    stats = [(h or {}).get("stats", {}) for h in headers]
+    summary = {
+        "sentences": n, "kept": len(keep), "filtered_by_length_ratio": filtered,
+        "missing_or_empty": len(missing),
+        "replaced_by_reference": len(train_missing) if args.on_missing == "reference" else 0,
+        "monolingual_sentences": m,
+        "monolingual_added": sum(1 for i in keep if i >= n),
+        "monolingual_left_out": len(missing) - len(train_missing) if args.on_missing == "reference" else 0,
+        "backend": settings.get("backend", "fairseq"),
+        "compute_type": settings.get("compute_type"),
+        "beam": settings.get("beam"), "lenpen": settings.get("lenpen"),
+        "nbest": max(map(len, lists.values()), default=1),
+        "select": args.select,
+        "selected_other_than_1best": sum(1 for i, k in chosen.items() if k != 0 and i < n),
+        "hypotheses_at_length_limit": at_limit,
+        "redecoded_with_fairseq": sum(s.get("redecoded_with_fairseq", 0) for s in stats),
+        "hypothesis_tokens": sum(len(targets[i].split()) for i in keep),
+        "merge_seconds": round(time.time() - started, 1),
+    }
+    with open(os.path.join(args.out, "seqkd_summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    return summary
+
+
+def choose(args, lists: Dict[int, List[str]], references: List[str], n: int) -> Dict[int, int]:
+    """Which hypothesis of each n-best list becomes the target (indices into the lists)."""
+    multi = [i for i in sorted(lists) if len(lists[i]) > 1]
+    chosen = {i: 0 for i in lists}
+    if args.select == "first" or not multi:
+        return chosen
+    meta = load_meta(args.data)
+    if meta is None:
+        raise DistillError(f"--select chrf scores detokenised text and needs the subword model the data was "
+                           f"prepared with, but {args.data} has no {META_FILE}; pass --select first")
+    segmenter = Segmenter.from_dir(args.data)
+    # monolingual lines (ids from n on) have no reference: they keep the 1-best
+    texts = [[segmenter.decode(h.split()) for h in lists[i]] for i in multi]
+    refs = [segmenter.decode(references[i].split()) if i < n else None for i in multi]
+    bar = progress_bar(len(multi), "select by chrF")
+    try:
+        picks = select_hypotheses(texts, refs, "chrf", progress=bar.update)
+    finally:
+        bar.close()
+    chosen.update(zip(multi, picks))
+    return chosen
+
+
+def copy_other_splits(data, out, n_train, source=None):
+    """Valid/test sets, the subword model and the raw references stay as they were; OUT's
+    train split is the new data (whichever split the teacher translated)."""
+    for name in os.listdir(data):
+        path = os.path.join(data, name)
+        if name.startswith("train.") or name.startswith("dict.") or name == "preprocess.log":
+            continue
+        target = os.path.join(out, name)
+        if os.path.isdir(path):
+            if not os.path.exists(target):
+                shutil.copytree(path, target)
+        elif name == META_FILE:
+            with open(path) as f:
+                meta = json.load(f)
+            meta.setdefault("sizes", {})["train"] = n_train
+            meta["seqkd_from"] = os.path.abspath(data)
+            if source:
+                meta["seqkd_monolingual_source"] = os.path.abspath(source)
+            with open(target, "w") as f:
+                json.dump(meta, f, indent=2)
+        else:
+            shutil.copy(path, target)

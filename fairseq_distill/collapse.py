@@ -30,14 +30,16 @@ from fairseq_distill.errors import DistillError
 
 logger = logging.getLogger(__name__)
 
-# the logged names (``<name>_loss``) of the terms a learned map can satisfy by collapsing
-WATCHED_TERMS = ("layer", "attn")
-# what to change, per term
-REMEDIES = {
-    "layer": "map the student's state instead of the teacher's (--layer-project student; for ckd also "
-             "--ckd-project student or --ckd-form released), or lower --layer-weight",
-    "attn": "lower --a2d-weight (or decay it faster with --a2d-decay-updates)",
-}
+# What to change, per logged term name (``<name>_loss``) that a learned map can satisfy by
+# collapsing: the layer-KD and attention terms, and their names in logs written before the
+# term registry (``layer``, ``attn``), which a replayed log may hold.
+LAYER_REMEDY = ("map the student's state instead of the teacher's (--layer-project student; for ckd also "
+                "--ckd-project student or --ckd-form released), or lower --layer-weight")
+ATTENTION_REMEDY = "lower --a2d-weight (or decay it faster with --a2d-decay-updates)"
+REMEDIES = {"pkd": LAYER_REMEDY, "ckd": LAYER_REMEDY, "alp_kd": LAYER_REMEDY, "a2d": ATTENTION_REMEDY,
+            "layer": LAYER_REMEDY, "attn": ATTENTION_REMEDY}
+WATCHED_TERMS = tuple(REMEDIES)
+LABELS = {"layer": "layer KD", "attn": "attention KD"}
 
 
 class CollapseWatch:
@@ -92,7 +94,7 @@ class CollapseWatch:
 
     def describe(self, term: str) -> str:
         values, nll = self.history[term], self.history["nll"]
-        return (f"the {term} KD term is collapsing after {self.updates} updates: its loss fell to "
+        return (f"the {LABELS.get(term, term)} term is collapsing after {self.updates} updates: its loss fell to "
                 f"{values[-1]:.4g} per token, {values[-1] / max(values):.1%} of its highest ({max(values):.4g}; "
                 f"training NLL {nll[0]:.3f} -> {nll[-1]:.3f}): a learned map lets the term vanish without "
                 f"the student learning the teacher's states. Change it: {REMEDIES[term]}")

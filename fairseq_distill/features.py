@@ -181,15 +181,17 @@ def run_with_features(model: nn.Module, net_input: dict, request: FeatureRequest
     return features
 
 
-def stack_shape(model: nn.Module) -> dict:
+def stack_shape(model: nn.Module) -> Optional[dict]:
     """The layout of a fairseq Transformer: ``{"encoder": (layers, width), "decoder": (layers,
-    width)}`` plus, for each attention type it has, ``{type: (layers, heads)}``."""
+    width)}`` plus, for each attention type it has, ``{type: (layers, heads)}``; None for a
+    model without an encoder and a decoder made of ``.layers`` (the terms that need a layout
+    say so, :class:`~fairseq_distill.terms.base.TermContext`)."""
     inner = unwrap_model(model)
     shape = {}
     for side in ("encoder", "decoder"):
-        layers = getattr(getattr(inner, side), "layers", None)
+        layers = getattr(getattr(inner, side, None), "layers", None)
         if layers is None or len(layers) == 0:
-            raise ValueError(f"{type(inner).__name__} has no {side} layers to distil")
+            return None
         shape[side] = (len(layers), layers[0].embed_dim)
     for kind in ATTENTION_TYPES:
         try:

@@ -352,7 +352,7 @@ def test_decay_schedule_follows_fairseq_epoch(tiny_data, deep_teacher):
     weights = []
     for epoch in (1, 2, 3, 4):
         task.begin_epoch(epoch, None)
-        weights.append(crit.terms["attn"].current_weight())
+        weights.append(crit.terms["a2d"].current_weight())
     assert weights == [2.0, 1.0, 0.5, 0.25]
 
 
@@ -363,13 +363,13 @@ def test_decay_schedule_follows_fairseq_epoch(tiny_data, deep_teacher):
 ])
 def test_loss_weights_gradients_and_parameters(tiny_data, deep_teacher, types, expected):
     task, _, crit, loss, logs = distill_loss(tiny_data, deep_teacher, "a2d", "--a2d-attention-types", types)
-    assert set(crit.terms["attn"].aams) == expected  # disabled types create no parameters
+    assert set(crit.terms["a2d"].aams) == expected  # disabled types create no parameters
     teacher_heads = {"encoder_self": 3 * 2, "decoder_self": 2 * 2, "decoder_cross": 2 * 2}
-    for kind, aam in crit.terms["attn"].aams.items():
+    for kind, aam in crit.terms["a2d"].aams.items():
         assert aam.weight.shape == (teacher_heads[kind], 1 * 2)  # student: 1 layer x 2 heads
     # defaults: (1 − α)·CE + α·KD + β·decay^0·attention, α = 0.5, β = 0.01 (not the paper's 1)
-    assert_weighted_sum(loss, logs, {"ce_loss": 0.5, "kd_loss": 0.5, "attn_loss": 0.01})
-    assert logs["attn_loss"].item() > 0
+    assert_weighted_sum(loss, logs, {"ce_loss": 0.5, "word_kd_loss": 0.5, "a2d_loss": 0.01})
+    assert logs["a2d_loss"].item() > 0
     loss.backward()
     for name, p in crit.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
@@ -392,8 +392,8 @@ def test_attention_loss_is_halved_over_both_decoder_types(tiny_data, deep_teache
     with torch.no_grad():
         student = capture(model, sample["net_input"], request)
         teacher = task.load_teacher().features(sample["net_input"], request, next(model.parameters()))[0]
-        parts = crit.terms["attn"].losses_by_type(student, teacher, sample)
-        crit_total = crit.terms["attn"](student, [teacher], sample)
+        parts = crit.terms["a2d"].losses_by_type(student, teacher, sample)
+        crit_total = crit.terms["a2d"](student, [teacher], sample)
     want = parts["encoder_self"] + (parts["decoder_self"] + parts["decoder_cross"]) / 2
     assert crit_total.item() == pytest.approx(want.item() * sample["ntokens"], rel=1e-6)
 
@@ -441,12 +441,12 @@ def test_released_switch_sets_the_released_codes_form_and_weight(tiny_data, deep
         return task.build_criterion(cfg.criterion)
 
     released = term("--a2d-released")
-    attn = released.terms["attn"]
-    assert (attn.kl_mode, attn.weight, released.terms["kd"].weight) == ("reference", 1.0, 0.5)
-    default = term().terms["attn"]
+    attn = released.terms["a2d"]
+    assert (attn.kl_mode, attn.weight, released.terms["word_kd"].weight) == ("reference", 1.0, 0.5)
+    default = term().terms["a2d"]
     assert (default.kl_mode, default.weight) == ("rowwise", 0.01)
-    assert term("--a2d-released", "--a2d-weight", "0.3").terms["attn"].weight == 0.3
-    assert term("--a2d-released", "--a2d-kl-mode", "rowwise").terms["attn"].kl_mode == "rowwise"
+    assert term("--a2d-released", "--a2d-weight", "0.3").terms["a2d"].weight == 0.3
+    assert term("--a2d-released", "--a2d-kl-mode", "rowwise").terms["a2d"].kl_mode == "rowwise"
 
 
 def test_the_three_types_combine_as_encoder_plus_half_the_decoder_by_hand():

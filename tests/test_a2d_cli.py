@@ -33,16 +33,16 @@ def test_a2d_train_resume_schedule_export_generate_heatmap(tiny_data, deep_teach
     out = train(tiny_data, deep_teacher, save, "--max-epoch", "2", "--a2d-weight", "1.0")
     summaries = epoch_summaries(out)
     assert set(summaries) == {1, 2}
-    for key in ("attn_loss", "kd_loss", "ce_loss"):
+    for key in ("a2d_loss", "word_kd_loss", "ce_loss"):
         assert float(summaries[1][key]) > 0, key
-    assert float(summaries[1]["attn_weight"]) == pytest.approx(1.0)
-    assert float(summaries[2]["attn_weight"]) == pytest.approx(0.9)
+    assert float(summaries[1]["a2d_weight"]) == pytest.approx(1.0)
+    assert float(summaries[2]["a2d_weight"]) == pytest.approx(0.9)
     assert "a2d decoder_cross: AAM 1x2 student heads -> 2x2 teacher heads" in out
 
     saved = torch.load(f"{save}/checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert sorted(k for k in saved["criterion"] if k.endswith("weight")) == [
-        "terms.attn.aams.decoder_cross.weight", "terms.attn.aams.decoder_self.weight",
-        "terms.attn.aams.encoder_self.weight"]
+        "terms.a2d.aams.decoder_cross.weight", "terms.a2d.aams.decoder_self.weight",
+        "terms.a2d.aams.encoder_self.weight"]
 
     # fairseq's resume path restores the alignment modules exactly
     _, _, _, crit, trainer = build_trainer(tiny_data, "--task", "translation_distill",
@@ -57,7 +57,7 @@ def test_a2d_train_resume_schedule_export_generate_heatmap(tiny_data, deep_teach
     assert "Loaded checkpoint" in out
     summaries = epoch_summaries(out)
     assert set(summaries) == {3}
-    assert float(summaries[3]["attn_weight"]) == pytest.approx(0.81)
+    assert float(summaries[3]["a2d_weight"]) == pytest.approx(0.81)
 
     # the decoding checkpoint has no alignment module and decodes in stock fairseq-generate
     exported = str(tmp_path / "student.pt")
@@ -73,7 +73,7 @@ def test_a2d_train_resume_schedule_export_generate_heatmap(tiny_data, deep_teach
     assert enc["student"] == [1, 2] and enc["teacher"] == [3, 2]
     assert len(enc["weight"]) == 6 and len(enc["weight"][0]) == 2
     final = torch.load(f"{save}/checkpoint_last.pt", map_location="cpu", weights_only=False)["criterion"]
-    assert enc["weight"][4][1] == pytest.approx(final["terms.attn.aams.encoder_self.weight"][4, 1].item(), abs=1e-5)
+    assert enc["weight"][4][1] == pytest.approx(final["terms.a2d.aams.encoder_self.weight"][4, 1].item(), abs=1e-5)
     assert "encoder_self: 1x2 student heads -> 3x2 teacher heads" in out
 
     assert_heatmap_refuses_exported("fairseq_distill.cli.a2d_heatmap", exported, png)
@@ -85,4 +85,4 @@ def test_student_with_more_heads_than_teacher(tiny_data, deep_teacher, tmp_path)
                 "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
                 "--a2d-attention-types", "encoder")
     assert "a2d encoder_self: AAM 1x4 student heads -> 3x2 teacher heads" in out
-    assert re.search(r"attn_loss \d", out)
+    assert re.search(r"a2d_loss \d", out)

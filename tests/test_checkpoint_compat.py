@@ -14,9 +14,9 @@ TEACHER = os.path.join(FIXTURES, "teacher.pt")
 CASES = {  # fixture -> (criterion, options it was trained with, new name of its first parameter)
     # 0.1's ckd (a student narrower than its teacher) and alp_kd mapped the teacher's states;
     # today's defaults map the student's there
-    "ckd": ("ckd", ["--kd-side", "both", "--ckd-project", "teacher"], "terms.layer.fusers.encoder.maps.0.weight"),
-    "alp_kd": ("alp_kd", ["--layer-project", "teacher"], "terms.layer.fusers.encoder.project.weight"),
-    "a2d": ("a2d", [], "terms.attn.aams.encoder_self.weight"),
+    "ckd": ("ckd", ["--kd-side", "both", "--ckd-project", "teacher"], "terms.ckd.fusers.encoder.maps.0.weight"),
+    "alp_kd": ("alp_kd", ["--layer-project", "teacher"], "terms.alp_kd.fusers.encoder.project.weight"),
+    "a2d": ("a2d", [], "terms.a2d.aams.encoder_self.weight"),
 }
 
 
@@ -32,7 +32,7 @@ def test_old_training_checkpoint_loads_into_the_composed_criterion(name, tmp_pat
     ours = crit.state_dict()
     assert new_key in ours and len(ours) == len(saved["criterion"])
     for key, value in saved["criterion"].items():  # every old parameter, under its new name
-        new = "terms.layer." + key if key.startswith("fusers.") else "terms.attn." + key
+        new = f"terms.{criterion}." + key
         assert torch.equal(ours[new], value), key
     # and training goes on from there
     trainer.train_step([first_batch(trainer.task)])
@@ -63,7 +63,7 @@ def test_old_checkpoint_resumes_with_fairseq_train(tmp_path):
     assert "@ 3 updates)" in out  # resumed where version 0.1 stopped
     state = torch.load(save / "checkpoint_last.pt", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == 5
-    assert any(k.startswith("terms.layer.fusers.") for k in state["criterion"])
+    assert any(k.startswith("terms.ckd.fusers.") for k in state["criterion"])
 
 
 def test_analysis_reads_the_projection_side_from_an_old_checkpoint():
@@ -106,3 +106,23 @@ def test_resuming_with_a_map_that_needs_no_parameters_names_the_remedy(tiny_data
     assert error is not None, repr(raised.value)
     assert "the checkpoint's distillation parameters were trained with other options" in str(error)
     assert "--reset-distill-parameters --reset-optimizer" in str(error)
+
+
+def test_checkpoint_keys_from_before_the_term_registry_load(tmp_path):
+    """Checkpoints written between 0.1 and the registry keyed the layer term as ``terms.layer.``
+    and A2D's as ``terms.attn.``: they resume under today's names, every value in place."""
+    for name, (criterion, options, new_key) in CASES.items():
+        state = torch.load(os.path.join(FIXTURES, f"{name}.pt"), weights_only=False)
+        old = {("terms.layer." if key.startswith("fusers.") else "terms.attn.") + key: value
+               for key, value in state["criterion"].items()}
+        state["criterion"] = old
+        path = tmp_path / f"{name}-registry-less.pt"
+        torch.save(state, path)
+        _, _, _, crit, trainer = build_trainer(
+            DATA, "--task", "translation_distill", "--teacher-path", TEACHER, *options,
+            "--save-dir", str(tmp_path / name), criterion=criterion)
+        trainer.load_checkpoint(str(path))
+        ours = crit.state_dict()
+        assert new_key in ours
+        for key, value in old.items():
+            assert torch.equal(ours[f"terms.{criterion}." + key.split(".", 2)[2]], value), key

@@ -22,9 +22,9 @@ def test_word_kd_training_then_stock_generate(tiny_data, tiny_teacher, tmp_path)
     out = train_student(tiny_data, tiny_teacher, save)
     # every term is logged separately during training, plain losses in validation
     train_lines = [l for l in out.splitlines() if "| train |" in l]
-    assert train_lines and all(k in train_lines[-1] for k in ("kd_loss", "ce_loss", "nll_loss"))
+    assert train_lines and all(k in train_lines[-1] for k in ("word_kd_loss", "ce_loss", "nll_loss"))
     valid_lines = [l for l in out.splitlines() if "| valid |" in l]
-    assert valid_lines and "kd_loss" not in valid_lines[-1]
+    assert valid_lines and "word_kd_loss" not in valid_lines[-1]
     assert re.search(r"num_updates 4\b", train_lines[-1])
 
     # the training checkpoint loads in fairseq-generate with the plugin (torch >= 2.6)

@@ -59,6 +59,6 @@ def test_stop_on_collapse_ends_a_forced_collapse_with_the_message(tiny_data, dee
     task.load_dataset("train")
     itr = task.get_batch_iterator(task.dataset("train"), max_tokens=1500, seed=1).next_epoch_itr(shuffle=True)
     batches = list(itr)
-    with pytest.raises(DistillError, match=r"the layer KD term is collapsing after \d+ updates.*--stop-on-collapse"):
+    with pytest.raises(DistillError, match=r"the ckd term is collapsing after \d+ updates.*--stop-on-collapse"):
         for update in range(300):
             trainer.train_step([batches[update % len(batches)]])

@@ -60,7 +60,7 @@ def test_word_kd_data_parallel_replicas_identical(tiny_data, tiny_teacher, tmp_p
     out, weights = run_two_ranks(tiny_data, str(tmp_path), [
         "--teacher-path", tiny_teacher, "--criterion", "word_kd", "--kd-weight", "0.5"])
     assert_identical_replicas(out, weights)
-    assert "kd_loss" in out
+    assert "word_kd_loss" in out
     assert re.search(r"num_updates 4\b", out)
 
 
@@ -74,16 +74,16 @@ def test_layer_kd_data_parallel_replicas_identical(tiny_data, deep_teacher, tmp_
     out, weights = run_two_ranks(tiny_data, str(tmp_path), [
         "--teacher-path", deep_teacher, "--criterion", criterion, *extra])
     assert_identical_replicas(out, weights)
-    assert "layer_loss" in out
-    assert any(k.startswith("criterion.terms.layer.fusers.") for k in weights[0])  # the projections were compared
+    assert f"{criterion}_loss" in out
+    assert any(k.startswith(f"criterion.terms.{criterion}.fusers.") for k in weights[0])  # the projections were compared
 
 
 def test_a2d_data_parallel_replicas_identical(tiny_data, deep_teacher, tmp_path):
     out, weights = run_two_ranks(tiny_data, str(tmp_path), [
         "--teacher-path", deep_teacher, "--criterion", "a2d"])
     assert_identical_replicas(out, weights)
-    assert "attn_loss" in out
-    aams = {k for k in weights[0] if k.startswith("criterion.terms.attn.aams.")}
+    assert "a2d_loss" in out
+    aams = {k for k in weights[0] if k.startswith("criterion.terms.a2d.aams.")}
     assert {k.split(".")[4] for k in aams} == {"encoder_self", "decoder_self", "decoder_cross"}
 
 

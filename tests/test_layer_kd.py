@@ -9,7 +9,7 @@ from fairseq_distill.terms.fusers import AttentionFuser, CombinationFuser
 from fairseq_distill.features import FeatureRequest, Features, run_with_features
 from fairseq_distill.losses import masked_mse
 from fairseq_distill.terms.base import TermContext
-from fairseq_distill.terms.layer import LayerKDTerm
+from fairseq_distill.terms.layer import CKDTerm, LayerKDTerm
 from fairseq_distill.errors import DistillError
 
 # 3 positions x 2 sentences x d=4; sentence 2 is padded at position 3
@@ -356,7 +356,7 @@ def test_option_defaults_leave_the_choice_to_the_method():
     old = SimpleNamespace(layer_weight=0.7, kd_side="encoder", layer_map="", decoder_layer_map="",
                           layer_normalize="none", kd_include_embedding=False, ckd_combination="rc",
                           ckd_project="teacher")
-    term = LayerKDTerm.from_config(old, layer_context(), "ckd")
+    term = CKDTerm.from_config(old, layer_context())
     assert (term.normalize, term.reduction, term.fusers["encoder"].project) == ("none", "mean", "teacher")
 
 
@@ -404,8 +404,8 @@ def test_captured_teacher_states_equal_layer_by_layer_forward(tiny_data, deep_te
 def test_total_loss_weights(tiny_data, deep_teacher, criterion, extra):
     _, _, crit, loss, logs = distill_loss(tiny_data, deep_teacher, criterion, *extra)
     # defaults: η = 0.1, λ = 0.7, β = 1 − η − λ = 0.2
-    assert_weighted_sum(loss, logs, {"ce_loss": 0.2, "kd_loss": 0.1, "layer_loss": 0.7})
-    assert logs["layer_loss"].item() > 0
+    assert_weighted_sum(loss, logs, {"ce_loss": 0.2, "word_kd_loss": 0.1, f"{criterion}_loss": 0.7})
+    assert logs[f"{criterion}_loss"].item() > 0
     loss.backward()
     grads = [p.grad for p in crit.parameters()]
     assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
@@ -414,7 +414,7 @@ def test_total_loss_weights(tiny_data, deep_teacher, criterion, extra):
 def test_student_layers_receive_layer_loss_gradient(tiny_data, deep_teacher):
     _, model, _, loss, logs = distill_loss(tiny_data, deep_teacher, "ckd", "--kd-weight", "0", "--layer-weight", "1",
                                            "--ce-weight", "0")
-    assert loss.item() == pytest.approx(logs["layer_loss"].item(), rel=1e-6)
+    assert loss.item() == pytest.approx(logs["ckd_loss"].item(), rel=1e-6)
     loss.backward()
     assert model.encoder.layers[0].fc1.weight.grad.abs().sum() > 0
     # encoder-side KD only: the decoder layers get no gradient from the layer loss
@@ -439,9 +439,9 @@ def test_collapsible_setups_are_warned_about(caplog):
             make()
         assert any("learned projection" in r.message and "student-side projection" in r.message
                    for r in caplog.records) == warned
-    from fairseq_distill.criterions.options import LayerKDConfig, PKDConfig
-
-    assert PKDConfig().layer_normalize == "l2" and LayerKDConfig().layer_normalize == "none"
+    # each method's own normalisation when --layer-normalize is not given
+    assert {m: LayerKDTerm(m, 0.7, layer_context()).normalize for m in ("pkd", "ckd", "alp_kd")} == \
+        {"pkd": "l2", "ckd": "none", "alp_kd": "none"}
 
 
 def test_encoder_layer_loss_sums_source_positions_and_shares_the_target_token_denominator(tiny_data,
@@ -469,10 +469,10 @@ def test_encoder_layer_loss_sums_source_positions_and_shares_the_target_token_de
     real = sample["net_input"]["src_tokens"].ne(task.source_dictionary.pad()).t()  # T_src x B
     by_hand = sum(((student[t, b] - target[t, b]) ** 2).mean().item()
                   for t in range(real.size(0)) for b in range(real.size(1)) if real[t, b])
-    assert logs["layer_loss"].item() == pytest.approx(by_hand, rel=1e-4)
+    assert logs["ckd_loss"].item() == pytest.approx(by_hand, rel=1e-4)
     n_source = int(real.sum())
     n_target = int(sample["target"].ne(task.target_dictionary.pad()).sum())
     assert sample_size == n_target != n_source
     # fairseq divides this sum by sample_size (n_target): λ·Σ_source counts per target token
-    expected = (0.2 * logs["ce_loss"] + 0.1 * logs["kd_loss"] + 0.7 * by_hand)
+    expected = (0.2 * logs["ce_loss"] + 0.1 * logs["word_kd_loss"] + 0.7 * by_hand)
     assert loss.item() == pytest.approx(expected.item(), rel=1e-4)

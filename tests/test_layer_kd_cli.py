@@ -23,12 +23,12 @@ def test_train_resume_export_generate(tiny_data, deep_teacher, tmp_path, criteri
     save = str(tmp_path / "ckpt")
     out = train(tiny_data, deep_teacher, save, criterion, *extra)
     train_line = [l for l in out.splitlines() if "| train |" in l][-1]
-    for key in ("layer_loss", "kd_loss", "ce_loss"):
+    for key in (f"{criterion}_loss", "word_kd_loss", "ce_loss"):
         assert re.search(rf"{key} \d", train_line), train_line
     assert "layer map (3 teacher -> 1 student layers" in out  # the resolved map is printed
 
     saved = torch.load(f"{save}/checkpoint_last.pt", map_location="cpu", weights_only=False)
-    assert saved["criterion"] and all(k.startswith("terms.layer.fusers.") for k in saved["criterion"])
+    assert saved["criterion"] and all(k.startswith(f"terms.{criterion}.fusers.") for k in saved["criterion"])
 
     # fairseq's resume path restores the projections exactly (not a fresh initialisation)
     _, _, _, crit, trainer = build_trainer(

@@ -59,9 +59,9 @@ def test_recipe_runs_caches_and_reports(tmp_path):
     ])
     cmd = recipe_cmd(config, "--workdir", str(tmp_path / "work"), "--results", str(tmp_path / "results"))
     out = run(cmd).stdout
-    assert "kd_loss" in out  # fairseq's progress output is shown
+    assert "word_kd_loss" in out  # fairseq's progress output is shown
     # one line per epoch of each training step (not a terminal: no in-place updates), with its losses
-    assert re.search(r"\[3/5\] student-seqkd-wordkd: epoch 1: loss [\d.]+, .*kd_loss [\d.]+; valid loss [\d.]+", out), out
+    assert re.search(r"\[3/5\] student-seqkd-wordkd: epoch 1: loss [\d.]+, .*word_kd_loss [\d.]+; valid loss [\d.]+", out), out
     assert "INFO" not in out and "Warning" not in out  # the tools' full output is in the step logs
     assert "| 1+1, 16, 32 |" in out and "student-seqkd-wordkd: " in out and "/model.pt" in out  # table, checkpoints
     assert "fairseq_cli.train" in step_logs(tmp_path / "work")

@@ -60,7 +60,7 @@ def test_validation_never_runs_the_teacher(tiny_data, tiny_teacher):
     sample = first_batch(task, "valid")
     logs = trainer.valid_step(sample)
     assert calls == []
-    assert "kd_loss" not in logs and logs["loss"] > 0
+    assert "word_kd_loss" not in logs and logs["loss"] > 0
     trainer.train_step([first_batch(task)])
     assert calls == [1]
 
@@ -88,7 +88,7 @@ def test_loss_combines_ce_and_kd_by_eta(tiny_data, tiny_teacher, eta):
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
     assert sample_size == sample["ntokens"]
     if eta > 0:
-        assert logs["kd_loss"].item() == pytest.approx(kd.item(), rel=1e-5)
+        assert logs["word_kd_loss"].item() == pytest.approx(kd.item(), rel=1e-5)
 
 
 def test_ensemble_of_two_teachers(tiny_data, tiny_teacher):

@@ -150,7 +150,7 @@ def test_cached_kd_at_full_vocabulary_equals_online_kd_and_loads_no_teacher(tiny
         model.train()
         torch.manual_seed(0)
         loss, _, logs = crit(model, first_batch(task))
-        losses[name] = logs["kd_loss"].item()
+        losses[name] = logs["word_kd_loss"].item()
         if name == "cached":
             assert task.teacher is None and crit.teachers is None  # never loaded
             loss.backward()
@@ -224,7 +224,7 @@ def test_cache_teacher_then_train_with_the_cache(tiny_data, tiny_teacher, tmp_pa
                         "--teacher-cache", str(tmp_path / "cache"), "--max-update", "4")
     assert "--teacher-path is not loaded: word-level KD reads teacher cache" in out
     train_lines = [line for line in out.splitlines() if "| train |" in line]
-    assert train_lines and "kd_loss" in train_lines[-1]
+    assert train_lines and "word_kd_loss" in train_lines[-1]
     # resuming reads the same cache
     out = distill_train(tiny_data, tiny_teacher, str(tmp_path / "ckpt"), "word_kd",
                         "--teacher-cache", str(tmp_path / "cache"), "--max-update", "6")

@@ -18,35 +18,35 @@ def test_ckd_plus_a2d_is_the_weighted_sum_of_its_terms():
     cfg, task, model = build(DATA, *DISTILL, "--distill-terms", "word_kd,ckd,a2d", "--kd-weight", "0.2",
                              "--layer-weight", "0.5", "--a2d-weight", "0.3", criterion="distill")
     crit = task.build_criterion(cfg.criterion)
-    assert list(crit.terms) == ["kd", "layer", "attn"]
+    assert list(crit.terms) == ["word_kd", "ckd", "a2d"]
     model.train()
     loss, sample_size, logs = crit(model, first_batch(task))
     # CE gets 1 − η − λ; the attention term comes on top
-    want = 0.3 * logs["ce_loss"] + 0.2 * logs["kd_loss"] + 0.5 * logs["layer_loss"] + 0.3 * logs["attn_loss"]
+    want = 0.3 * logs["ce_loss"] + 0.2 * logs["word_kd_loss"] + 0.5 * logs["ckd_loss"] + 0.3 * logs["a2d_loss"]
     assert loss.item() == pytest.approx(want.item(), rel=1e-6)
-    for name, weight in (("ce", 0.3), ("kd", 0.2), ("layer", 0.5), ("attn", 0.3)):
+    for name, weight in (("ce", 0.3), ("word_kd", 0.2), ("ckd", 0.5), ("a2d", 0.3)):
         assert logs[f"{name}_weighted"].item() == pytest.approx(weight * logs[f"{name}_loss"].item(), rel=1e-6)
-    parts = sum(logs[f"{n}_weighted"] for n in ("ce", "kd", "layer", "attn"))
+    parts = sum(logs[f"{n}_weighted"] for n in ("ce", "word_kd", "ckd", "a2d"))
     assert parts.item() == pytest.approx(loss.item(), rel=1e-6)
-    assert logs["attn_weight"] == pytest.approx(0.3 * sample_size)
+    assert logs["a2d_weight"] == pytest.approx(0.3 * sample_size)
     loss.backward()
     names = [n for n, _ in crit.named_parameters()]
-    assert any(n.startswith("terms.layer.fusers.") for n in names)
-    assert any(n.startswith("terms.attn.aams.") for n in names)
+    assert any(n.startswith("terms.ckd.fusers.") for n in names)
+    assert any(n.startswith("terms.a2d.aams.") for n in names)
     for name, p in crit.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
 
 
 def test_presets_are_the_distill_criterion_with_fixed_terms():
-    for criterion, terms in (("word_kd", ["kd"]), ("pkd", ["kd", "layer"]), ("alp_kd", ["kd", "layer"]),
-                             ("a2d", ["kd", "attn"])):
+    for criterion, terms in (("word_kd", ["word_kd"]), ("pkd", ["word_kd", "pkd"]), ("alp_kd", ["word_kd", "alp_kd"]),
+                             ("a2d", ["word_kd", "a2d"])):
         cfg, task, _ = build(DATA, *DISTILL, criterion=criterion)
         crit = task.build_criterion(cfg.criterion)
         assert list(crit.terms) == terms, criterion
     cfg, task, _ = build(DATA, *DISTILL, "--distill-terms", "word_kd,pkd", criterion="distill")
     crit = task.build_criterion(cfg.criterion)
     # --criterion distill takes each method's own defaults: η = 0.1 with layer KD, l2 for PKD
-    assert crit.terms["kd"].weight == 0.1 and crit.terms["layer"].normalize == "l2"
+    assert crit.terms["word_kd"].weight == 0.1 and crit.terms["pkd"].normalize == "l2"
 
 
 def test_the_task_tells_the_criterion_fairseqs_epoch_and_update():
@@ -55,7 +55,7 @@ def test_the_task_tells_the_criterion_fairseqs_epoch_and_update():
     sample = first_batch(task)
     trainer.train_step([sample])
     trainer.train_step([sample])
-    attention = crit.terms["attn"]
+    attention = crit.terms["a2d"]
     assert (attention.epoch, attention.num_updates) == (3, 1)  # update numbers count from 0
     assert attention.current_weight() == pytest.approx(2.0 * 0.9 ** 2)
 
@@ -74,7 +74,7 @@ def test_bad_term_lists_are_named(terms, message):
 def test_weights_that_leave_ce_negative_are_refused():
     cfg, task, _ = build(DATA, *DISTILL, "--distill-terms", "word_kd,ckd", "--kd-weight", "0.5",
                          "--layer-weight", "0.7", criterion="distill")
-    with pytest.raises(DistillError, match=r"KD weights \(kd 0.5 \+ layer 0.7\) exceed 1"):
+    with pytest.raises(DistillError, match=r"KD weights \(word_kd 0.5 \+ ckd 0.7\) exceed 1"):
         task.build_criterion(cfg.criterion)
 
 
@@ -93,12 +93,12 @@ def logged(out, key):
 def test_combined_terms_train_from_the_command_line(tmp_path):
     out = train(tmp_path, "--criterion", "distill", "--distill-terms", "word_kd,ckd,a2d",
                 "--kd-side", "both", "--max-update", "3").stdout
-    for key in ("kd_loss", "layer_loss", "attn_loss", "ce_weighted", "attn_weighted", "attn_weight"):
+    for key in ("word_kd_loss", "ckd_loss", "a2d_loss", "ce_weighted", "a2d_weighted", "a2d_weight"):
         assert all(math.isfinite(v) for v in logged(out, key)), key
     state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=False)
     keys = set(state["criterion"])
-    assert {"terms.layer.fusers.encoder.maps.0.weight", "terms.layer.fusers.decoder.maps.0.weight",
-            "terms.attn.aams.encoder_self.weight", "terms.attn.aams.decoder_cross.weight"} <= keys
+    assert {"terms.ckd.fusers.encoder.maps.0.weight", "terms.ckd.fusers.decoder.maps.0.weight",
+            "terms.a2d.aams.encoder_self.weight", "terms.a2d.aams.decoder_cross.weight"} <= keys
 
 
 def test_resuming_with_another_layer_map_says_what_to_do(tmp_path):
@@ -107,7 +107,7 @@ def test_resuming_with_another_layer_map_says_what_to_do(tmp_path):
     assert proc.returncode == 1
     assert "Traceback" not in proc.stdout
     # the 16-wide student's state mapped to the 24-wide teacher's (the default where widths differ)
-    assert ("error: criterion parameter 'terms.layer.fusers.encoder.maps.0.weight' has shape (48, 16) in "
+    assert ("error: criterion parameter 'terms.ckd.fusers.encoder.maps.0.weight' has shape (48, 16) in "
             "the checkpoint but (24, 16) now") in proc.stdout
     assert "--reset-distill-parameters --reset-optimizer" in proc.stdout
     # the way out it names works: the model weights are kept, projections learned afresh
@@ -115,7 +115,7 @@ def test_resuming_with_another_layer_map_says_what_to_do(tmp_path):
           "--reset-distill-parameters", "--reset-optimizer")
     state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == 4
-    assert tuple(state["criterion"]["terms.layer.fusers.encoder.maps.0.weight"].shape) == (24, 16)
+    assert tuple(state["criterion"]["terms.ckd.fusers.encoder.maps.0.weight"].shape) == (24, 16)
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import os
 
 from fairseq_distill.deploy.checkpoint import load_training_checkpoint
 from fairseq_distill.cli.common import run_cli
-from fairseq_distill.criterions.distill import upgrade_criterion_state
+from fairseq_distill.terms.registry import upgrade_criterion_keys
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import ATTENTION_TYPES
 from fairseq_distill.evaluation.plotting import pyplot
@@ -21,10 +21,10 @@ from fairseq_distill.evaluation.plotting import pyplot
 
 def alignment_matrices(checkpoint: str) -> dict:
     """``{type: {"weight": [[...]], "student": [layers, heads], "teacher": [layers, heads]}}``."""
-    criterion = upgrade_criterion_state(load_training_checkpoint(checkpoint, "a2d")["criterion"])
+    criterion = upgrade_criterion_keys(load_training_checkpoint(checkpoint, "a2d")["criterion"], ["a2d"])
     matrices = {}
     for kind in ATTENTION_TYPES:
-        prefix = f"terms.attn.aams.{kind}."
+        prefix = f"terms.a2d.aams.{kind}."
         if prefix + "weight" not in criterion:
             continue
         matrices[kind] = {

@@ -41,7 +41,7 @@ def average_alp_weights(checkpoint, data=None, subset="valid", teacher_path=None
     task.load_dataset(subset)
     itr = task.get_batch_iterator(task.dataset(subset), max_tokens=max_tokens).next_epoch_itr(shuffle=False)
     teacher = task.load_teacher()
-    criterion = criterion.terms["layer"]  # the ALP-KD term
+    criterion = criterion.terms["alp_kd"]
     request = criterion.request
     sums = {side: {} for side in criterion.sides}  # side -> pair index -> K sums
     counts = {side: {} for side in criterion.sides}

@@ -18,9 +18,8 @@ The task builds the criterion, then tells it fairseq's epoch and update number
 (:meth:`set_epoch`, :meth:`set_num_updates`), which scheduled weights follow.
 """
 import math
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Tuple
 
-import torch
 import torch.nn as nn
 from fairseq import metrics
 from fairseq.criterions import register_criterion
@@ -34,57 +33,11 @@ from fairseq_distill.collapse import CollapseWatch
 from fairseq_distill.criterions.options import DistillConfig
 from fairseq_distill.errors import OTHER_DISTILL_OPTIONS, DistillError
 from fairseq_distill.features import FeatureRequest, Features, run_with_features, unwrap_model
-from fairseq_distill.terms import AttentionKDTerm, LayerKDTerm, TermContext, WordKDTerm
+from fairseq_distill.terms import TermContext
 from fairseq_distill.terms.base import batch_sample_size
+from fairseq_distill.terms.registry import build_terms, parse_term_names, upgrade_criterion_keys
 
-LAYER_METHODS = ("pkd", "ckd", "alp_kd")
-TERM_NAMES = ("word_kd",) + LAYER_METHODS + ("a2d",)
-# criterion state keys of fairseq_distill 0.1, whose criterions held their modules directly
-LEGACY_PREFIXES = {"fusers.": "terms.layer.fusers.", "aams.": "terms.attn.aams."}
 PLAIN_KEYS = ("loss", "nll_loss")
-
-
-def parse_term_names(spec: str) -> Tuple[str, ...]:
-    names = [n.strip() for n in spec.split(",") if n.strip()]
-    unknown = [n for n in names if n not in TERM_NAMES]
-    if unknown or not names:
-        raise DistillError(f"--distill-terms '{spec}': {'unknown term ' + repr(unknown[0]) if unknown else 'no term'}; "
-                           f"valid terms: {', '.join(TERM_NAMES)}")
-    if len(set(names)) != len(names):
-        raise DistillError(f"--distill-terms '{spec}' names a term twice")
-    layer = [n for n in names if n in LAYER_METHODS]
-    if len(layer) > 1:
-        raise DistillError(f"--distill-terms '{spec}': at most one layer-KD term ({', '.join(LAYER_METHODS)}), "
-                           f"got {', '.join(layer)}")
-    return tuple(names)
-
-
-def build_terms(names: Sequence[str], cfg, context: TermContext) -> Dict[str, nn.Module]:
-    kd_weight = cfg.kd_weight
-    if kd_weight is None:  # --criterion distill's default depends on the terms
-        kd_weight = 0.1 if any(n in LAYER_METHODS for n in names) else 0.5
-    terms = {}
-    for name in names:
-        if name == "word_kd":
-            term = WordKDTerm(kd_weight, cfg.kd_temperature, context)
-        elif name in LAYER_METHODS:
-            term = LayerKDTerm.from_config(cfg, context, method=name)
-        else:
-            term = AttentionKDTerm.from_config(cfg, context)
-        terms[term.name] = term
-    return terms
-
-
-def upgrade_criterion_state(state_dict: dict) -> dict:
-    """A criterion state of fairseq_distill 0.1 (or of today) with today's parameter names."""
-    upgraded = {}
-    for key, value in state_dict.items():
-        for old, new in LEGACY_PREFIXES.items():
-            if key.startswith(old):
-                key = new + key[len(old):]
-                break
-        upgraded[key] = value
-    return upgraded
 
 
 @register_criterion("distill", dataclass=DistillConfig)
@@ -98,25 +51,20 @@ class DistillationCriterion(LabelSmoothedCrossEntropyCriterion):
         super().__init__(task, cfg.sentence_avg, cfg.label_smoothing, cfg.ignore_prefix_size,
                          cfg.report_accuracy)
         name = getattr(cfg, "_name", None) or "distill"
-        if not hasattr(task, "load_teacher"):
+        if not hasattr(task, "distill_context"):
             raise DistillError(f"criterion {name} needs --task translation_distill (with --teacher-path); "
                                f"got task {type(task).__name__}")
         names = self.TERMS or parse_term_names(cfg.distill_terms)
-        cache = task.load_teacher_cache() if hasattr(task, "load_teacher_cache") else None
+        handed = task.distill_context(name, names)
         # word-level KD from a cache alone runs no teacher: it is not even loaded
-        self.needs_teacher = cache is None or names != ("word_kd",)
-        teachers = task.load_teacher(criterion_name=name) if self.needs_teacher else None
-        if cache is not None and teachers is not None:
-            cache.check_teachers(teachers.paths, [n for n in names if n != "word_kd"],
-                                 getattr(task.cfg, "allow_cache_of_another_teacher", False))
+        self.needs_teacher = handed.teachers is not None
         context = TermContext(
-            teachers=teachers, student_shape=task.student_shape,
-            teacher_shape=teacher_layout(teachers) if names != ("word_kd",) else None,
+            teachers=handed.teachers, student_shape=handed.student_shape, teacher_shape=handed.teacher_shape,
             source_pad=task.source_dictionary.pad(), target_pad=self.padding_idx,
             ignore_prefix_size=self.ignore_prefix_size, sentence_avg=self.sentence_avg,
-            teacher_cache=cache,
+            teacher_cache=handed.teacher_cache,
         )
-        self.teachers = teachers  # not a module: never optimised, cast or saved
+        self.teachers = handed.teachers  # the task's: not a module here, never optimised, cast or saved
         self.terms = nn.ModuleDict(build_terms(names, cfg, context))
         self.explicit_ce_weight = cfg.ce_weight
         # absent from the stored options of checkpoints written before the check existed
@@ -238,9 +186,9 @@ class DistillationCriterion(LabelSmoothedCrossEntropyCriterion):
         error that says what to do when they were trained with other options."""
         if self.reset_parameters_on_load:
             return nn.modules.module._IncompatibleKeys([], [])
-        state_dict = upgrade_criterion_state(state_dict)
-        layer = self.terms["layer"] if "layer" in self.terms else None
-        check_criterion_state(self.state_dict(), state_dict, getattr(layer, "project", None))
+        state_dict = upgrade_criterion_keys(state_dict, list(self.terms))
+        project = next((t.project for t in self.terms.values() if hasattr(t, "project")), None)
+        check_criterion_state(self.state_dict(), state_dict, project)
         return super().load_state_dict(state_dict, strict, *args, **kwargs)
 
 
@@ -248,7 +196,7 @@ def other_side_projection(key: str, ours, saved, project: Optional[str]) -> str:
     """What to say when a layer map's saved weight is the transpose of ours: it maps the other
     side (pkd and alp_kd mapped the teacher's states by default before they mapped the
     student's)."""
-    if not project or ".layer.fusers." not in key or ours.dim() != 2 or ours.shape[0] == ours.shape[1] \
+    if not project or ".fusers." not in key or ours.dim() != 2 or ours.shape[0] == ours.shape[1] \
             or tuple(saved.shape) != tuple(reversed(ours.shape)):
         return ""
     other = "teacher" if project == "student" else "student"
@@ -270,11 +218,3 @@ def check_criterion_state(ours: dict, saved: dict, layer_project: Optional[str] 
             raise DistillError(f"criterion parameter '{key}' has shape {tuple(saved[key].shape)} in the "
                                f"checkpoint but {tuple(value.shape)} now{side}: {advice}")
 
-
-def teacher_layout(teachers):
-    from fairseq_distill.features import stack_shape
-
-    try:
-        return stack_shape(teachers.models[0])
-    except (AttributeError, ValueError):
-        return None

@@ -1,19 +1,21 @@
 """``--task translation_distill``: fairseq's translation task with frozen teachers attached.
 
-What it gives a distillation criterion: the teachers (:meth:`load_teacher`), the layout
-of the student it built (:attr:`student_shape`, for terms that size projections), and
-fairseq's training progress, told to the criterion it built (``set_epoch`` at the start of
-every epoch, ``set_num_updates`` before every training step) for scheduled weights.
+What it gives a distillation criterion, in one hand-off when the criterion is built
+(:meth:`distill_context`): the teachers, the teacher cache, and the layouts of the student it
+built and of the teacher (for terms that size projections). Later it tells the criterion
+fairseq's training progress (``set_epoch`` at the start of every epoch, ``set_num_updates``
+before every training step) for scheduled weights.
 
-The teachers are loaded when a criterion that needs them is built (``needs_teacher``),
-which only training does: ``fairseq-generate`` and validation never load or run them.
-With ``--teacher-cache`` (made by ``fsd-cache-teacher``) word-level KD reads the teacher's
-stored top-k distributions instead (:meth:`load_teacher_cache`); the cache is checked
-against the dictionary when opened and against the training subset when it is loaded.
+The task owns the teachers: it loads them once (:meth:`load_teacher`), when a criterion that
+needs them is built, which only training does: ``fairseq-generate`` and validation never load
+or run them. With ``--teacher-cache`` (made by ``fsd-cache-teacher``) word-level KD reads the
+teacher's stored top-k distributions instead (:meth:`load_teacher_cache`), and with word-level
+KD alone no teacher is loaded; the cache is checked against the dictionary when opened,
+against the teachers when both are used, and against the training subset when it is loaded.
 """
 import logging
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
@@ -53,6 +55,16 @@ class TranslationDistillConfig(TranslationConfig):
     )
 
 
+@dataclass
+class DistillContext:
+    """What the task hands a distillation criterion when it is built."""
+
+    teachers: Optional[TeacherEnsemble]  # None when word-level KD reads a teacher cache alone
+    teacher_cache: Optional[TeacherCache]
+    student_shape: Optional[dict]  # features.stack_shape of the student; None: not a layered Transformer
+    teacher_shape: Optional[dict]  # the same of the (first) teacher, when a term reads its inner features
+
+
 @register_task("translation_distill", dataclass=TranslationDistillConfig)
 class TranslationDistillTask(TranslationTask):
     cfg: TranslationDistillConfig
@@ -90,20 +102,33 @@ class TranslationDistillTask(TranslationTask):
 
     def build_model(self, cfg, *args, **kwargs):
         model = super().build_model(cfg, *args, **kwargs)
-        try:
-            self.student_shape = stack_shape(model)
-        except (AttributeError, ValueError):
-            self.student_shape = None  # not a layered Transformer: layer KD will say so
+        # the criterion is built after the model and from the task alone: keep what it needs
+        self.student_shape = stack_shape(model)
         return model
+
+    def distill_context(self, criterion_name: str, term_names: Sequence[str]) -> DistillContext:
+        """Teachers, cache and layouts for a criterion summing ``term_names``: the teachers are
+        loaded unless word-level KD alone reads a teacher cache; a cache used beside teachers
+        must come from them (``--allow-cache-of-another-teacher`` to override)."""
+        cache = self.load_teacher_cache()
+        word_kd_only = tuple(term_names) == ("word_kd",)
+        teachers = None
+        if cache is None or not word_kd_only:
+            teachers = self.load_teacher(criterion_name)
+        if cache is not None and teachers is not None:
+            cache.check_teachers(teachers.paths, [n for n in term_names if n != "word_kd"],
+                                 self.cfg.allow_cache_of_another_teacher)
+        teacher_shape = stack_shape(teachers.models[0]) if teachers is not None and not word_kd_only else None
+        return DistillContext(teachers, cache, self.student_shape, teacher_shape)
 
     def build_criterion(self, cfg, *args, **kwargs):
         criterion = super().build_criterion(cfg, *args, **kwargs)
         self.criterion = criterion
-        if getattr(criterion, "needs_teacher", False):
-            self.load_teacher(criterion_name=getattr(cfg, "_name", type(criterion).__name__))
-        elif self.cfg.teacher_path and self.teacher_cache is not None:
+        if not self.cfg.teacher_path or self.teacher is not None:
+            return criterion  # a distillation criterion took the teachers from distill_context
+        if self.teacher_cache is not None:
             logger.info(f"--teacher-path is not loaded: word-level KD reads {self.teacher_cache.describe()}")
-        elif self.cfg.teacher_path:
+        else:
             logger.warning(
                 f"--teacher-path is set but criterion {type(criterion).__name__} does not use a "
                 f"teacher; it is not loaded"

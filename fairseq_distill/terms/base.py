@@ -35,6 +35,12 @@ class TermContext:
                                f"decoder with .layers)")
         return self.student_shape
 
+    def teacher_layout(self, term: str) -> dict:
+        if self.teacher_shape is None:
+            raise DistillError(f"{term} needs a layered Transformer teacher (an encoder and a "
+                               f"decoder with .layers)")
+        return self.teacher_shape
+
 
 class DistillationTerm(nn.Module):
     """One weighted KD term. Subclasses set :attr:`name` (logged as ``<name>_loss``) and

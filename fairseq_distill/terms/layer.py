@@ -7,7 +7,8 @@ unit length. Positions, student layers and sides are summed (the criterion divid
 ``sample_size``).
 
 One term for PKD (Sun et al., 2019), CKD (Wu et al., EMNLP 2020) and ALP-KD (Passban et
-al., AAAI 2021). Each method's defaults (:data:`METHODS`) are its paper's form as written;
+al., AAAI 2021). Each method's defaults (its class's ``DEFAULTS``: :class:`PKDTerm`, :class:`CKDTerm`,
+:class:`ALPKDTerm`) are its paper's form as written;
 variants are named options, and an option given explicitly wins over the default:
 
 * ``pkd``: student layer j ← one teacher layer (evenly spaced ``skip`` map), PKD's Eq. 3:
@@ -41,9 +42,11 @@ encoder, target positions for the decoder. A student layer that a map leaves wit
 teacher layers (only the ``alp`` preset does) gets no layer loss, and that is logged.
 """
 import logging
-from typing import Dict, List, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch.nn as nn
+from fairseq.dataclass import ChoiceEnum
 from torch import Tensor
 
 from fairseq_distill.errors import DistillError
@@ -52,25 +55,96 @@ from fairseq_distill.layer_maps import format_layer_map, resolve_layer_map
 from fairseq_distill.losses import MSE_REDUCTIONS
 from fairseq_distill.terms.base import DistillationTerm, TermContext, check_fraction
 from fairseq_distill.terms.fusers import AttentionFuser, CombinationFuser
+from fairseq_distill.terms.registry import TERMS, register_term
 
 logger = logging.getLogger(__name__)
 
 SIDES = {"encoder": ("encoder",), "decoder": ("decoder",), "both": ("encoder", "decoder")}
-# Per method, its paper's form as written: the layer map used when none is given, the state
-# normalisation, the reduction of the squared difference over d and the projection side
-# (pkd's and alp_kd's papers have no projection; where the widths differ they map the
-# student's state, see above).
-# (ckd's map default comes from --ckd-combination.)
-METHODS = {
-    "pkd": {"map": "skip", "normalize": "l2", "reduction": "sum", "project": "student"},
-    "ckd": {"map": "rc", "normalize": "none", "reduction": "mean", "project": "teacher"},
-    "alp_kd": {"map": "alp", "normalize": "none", "reduction": "mean", "project": "student"},
-}
-# --ckd-form: what each form changes in the ckd entry above
+# --ckd-form: what each form changes in ckd's defaults (CKDTerm.DEFAULTS)
 CKD_FORMS = {
     "paper": {},
     "released": {"normalize": "l2", "reduction": "sum", "project": "student"},
 }
+
+
+@dataclass
+class LayerKDOptions:
+    layer_weight: float = field(default=0.7, metadata={"help": "λ, weight of the layer loss"})
+    kd_side: ChoiceEnum(["encoder", "decoder", "both"]) = field(
+        default="encoder", metadata={"help": "which stack's layers to match"}
+    )
+    layer_map: str = field(
+        default="",
+        metadata={"help": "encoder layer map, e.g. '1,2,3|4,5,6' or '1-3|4-6', or a preset (rc, oc, "
+                  "sc, cc, interleave, skip, all, alp); default: the method's own (pkd: skip; ckd: "
+                  "--ckd-combination; alp_kd: alp, the ALP-KD paper's pattern, every teacher layer "
+                  "into every student layer but the last; 'all' includes the last)"},
+    )
+    decoder_layer_map: str = field(default="", metadata={"help": "the same for the decoder"})
+    layer_normalize: Optional[ChoiceEnum(["none", "l2"])] = field(
+        default=None,
+        metadata={"help": "l2: unit-normalise each vector before comparing. Default: the method's own "
+                  "(l2 for pkd, PKD's Eq. 3; none for ckd and alp_kd; l2 for --ckd-form released)"},
+    )
+    layer_mse_reduction: Optional[ChoiceEnum(["sum", "mean"])] = field(
+        default=None,
+        metadata={"help": "how the squared difference of a state pair is reduced over the hidden "
+                  "dimension d: sum (squared L2 distance, PKD's Eq. 3) or mean (the mean-square "
+                  "error of the CKD and ALP-KD papers); positions and layers are summed either way. "
+                  "Default: the method's own (sum for pkd, mean for ckd and alp_kd; sum for "
+                  "--ckd-form released)"},
+    )
+    kd_include_embedding: bool = field(
+        default=False, metadata={"help": "also match the embedding outputs (layer 0)"}
+    )
+    layer_project: Optional[ChoiceEnum(["teacher", "student"])] = field(
+        default=None,
+        metadata={"help": "which side a learned linear map brings to the other's width when they "
+                  "differ: teacher (the teacher's states mapped to the student width; map and "
+                  "student can collapse onto one vector) or student (the student's state mapped to "
+                  "the teacher width; the teacher's states stay a fixed target). Default: student "
+                  "for pkd and alp_kd (their papers keep the teacher's width and have no map); for "
+                  "ckd, student where the widths differ (the teacher-side map collapsed narrower "
+                  "students) and that of --ckd-form where they are equal (teacher for paper, "
+                  "student for released; --ckd-project is the same option)"},
+    )
+
+
+@dataclass
+class CKDOptions:
+    ckd_combination: ChoiceEnum(["rc", "oc", "sc", "cc", "interleave"]) = field(
+        default="rc", metadata={"help": "preset layer map when --layer-map is not given: rc, oc, sc, "
+                                "cc as in the paper's experiments (6 -> 2: cc = {1,3},{4,6}); "
+                                "interleave: the CC of its Figure 2 (j, j+S, j+2S, ...)"}
+    )
+    ckd_form: ChoiceEnum(["paper", "released"]) = field(
+        default="paper",
+        metadata={"help": "paper: Eq. 3, a learned map of the concatenated teacher states to the "
+                  "student width, compared by MSE (mean over d), no normalisation; released: the "
+                  "authors' released code, the student state projected to the concatenated teacher "
+                  "width, both unit-normalised, squared difference summed over d. Sets the defaults "
+                  "of --ckd-project (paper: teacher only where the widths are equal), "
+                  "--layer-normalize and --layer-mse-reduction; given explicitly, those win"},
+    )
+    ckd_project: Optional[ChoiceEnum(["teacher", "student"])] = field(
+        default=None,
+        metadata={"help": "teacher: fuse the concatenated teacher states to the student width "
+                  "(the paper); student: project the student state to k·d_t (the released code). "
+                  "Default: that of --ckd-form where the student has the teacher's width, student "
+                  "where the widths differ (the paper's students keep the teacher's width; a "
+                  "teacher-side map collapsed narrower students)"},
+    )
+
+
+@dataclass
+class ALPKDOptions:
+    alp_score: ChoiceEnum(["dot", "scaled_dot", "cosine"]) = field(
+        default="dot", metadata={"help": "attention score between student and teacher states"}
+    )
+    alp_granularity: ChoiceEnum(["token", "sentence"]) = field(
+        default="token", metadata={"help": "attend per position, or with mean-pooled sentence vectors"}
+    )
+
 
 Pair = Tuple[int, Tuple[int, ...]]  # (student layer, teacher layers); 0 is the embedding
 
@@ -96,7 +170,14 @@ def default_projection(method: str, paper_side: str, sides, student_shape, teach
 
 
 class LayerKDTerm(DistillationTerm):
-    name = "layer"
+    """The layer loss of one method (``method``: a registered layer-KD term, whose class holds
+    that method's defaults); ``from_config`` on a method's class builds it from the options."""
+
+    # Per method, its paper's form as written: the layer map used when none is given, the state
+    # normalisation, the reduction of the squared difference over d and the projection side.
+    DEFAULTS: dict = {}
+    # η of the word-level KD term beside any layer-KD term: CKD's NMT setting (Wu et al. 2020)
+    PAIRED_KD_WEIGHT = 0.1
 
     def __init__(self, method: str, weight: float, context: TermContext, side: str = "encoder",
                  layer_map: str = "", decoder_layer_map: str = "", normalize: str = "",
@@ -105,15 +186,16 @@ class LayerKDTerm(DistillationTerm):
                  reduction: str = "", ckd_form: str = "paper", layer_project: str = ""):
         """Empty ``normalize``, ``reduction``, ``layer_project``: the method's own (for ckd, that
         of ``ckd_form``); ``ckd_project`` is ckd's name for ``layer_project``."""
-        if method not in METHODS:
-            raise DistillError(f"unknown layer-KD method '{method}'; valid: {', '.join(METHODS)}")
+        methods = [n for n, spec in TERMS.items() if spec.family == FAMILY]
+        if method not in methods:
+            raise DistillError(f"unknown layer-KD method '{method}'; valid: {', '.join(methods)}")
         if ckd_form not in CKD_FORMS:
             raise DistillError(f"unknown --ckd-form '{ckd_form}'; valid: {', '.join(CKD_FORMS)}")
         check_fraction("--layer-weight", weight)
         super().__init__(weight)
-        self.method = method
+        self.method = self.name = method
         self.sides = SIDES[side]
-        defaults = dict(METHODS[method], **(CKD_FORMS[ckd_form] if method == "ckd" else {}))
+        defaults = dict(TERMS[method].cls.DEFAULTS, **(CKD_FORMS[ckd_form] if method == "ckd" else {}))
         self.normalize = normalize or defaults["normalize"]
         self.reduction = reduction or defaults["reduction"]
         if self.reduction not in MSE_REDUCTIONS:
@@ -125,7 +207,7 @@ class LayerKDTerm(DistillationTerm):
                                f"give one of them")
         self.source_pad, self.target_pad = context.source_pad, context.target_pad
         context.single_teacher(method)
-        student_shape, teacher_shape = context.student_layout(method), context.teacher_shape
+        student_shape, teacher_shape = context.student_layout(method), context.teacher_layout(method)
         project = layer_project or ckd_project
         if not project:
             project = default_projection(method, defaults["project"], self.sides, student_shape, teacher_shape)
@@ -135,7 +217,7 @@ class LayerKDTerm(DistillationTerm):
         logger.info(f"{method} layer loss: {'unit-normalised' if self.normalize == 'l2' else 'raw'} states, "
                     f"squared difference {'summed' if self.reduction == 'sum' else 'averaged'} over the "
                     f"hidden dimension, {project}-side projection where the widths differ")
-        default_map = ckd_combination if method == "ckd" else METHODS[method]["map"]
+        default_map = ckd_combination if method == "ckd" else defaults["map"]
 
         self.pairs: Dict[str, List[Pair]] = {}
         fusers = {}
@@ -169,18 +251,20 @@ class LayerKDTerm(DistillationTerm):
         self.fusers = nn.ModuleDict(fusers)
 
     @classmethod
-    def from_config(cls, cfg, context: TermContext, method: str) -> "LayerKDTerm":
-        return cls(method, cfg.layer_weight, context, side=str(cfg.kd_side), layer_map=cfg.layer_map,
-                   decoder_layer_map=cfg.decoder_layer_map,
-                   normalize=str(cfg.layer_normalize or ""), include_embedding=cfg.kd_include_embedding,
-                   ckd_combination=str(getattr(cfg, "ckd_combination", "rc")),
-                   ckd_project=str(getattr(cfg, "ckd_project", None) or ""),
-                   alp_score=str(getattr(cfg, "alp_score", "dot")),
-                   alp_granularity=str(getattr(cfg, "alp_granularity", "token")),
-                   # absent from the stored options of checkpoints written before they existed
-                   reduction=str(getattr(cfg, "layer_mse_reduction", None) or ""),
-                   ckd_form=str(getattr(cfg, "ckd_form", None) or "paper"),
-                   layer_project=str(getattr(cfg, "layer_project", None) or ""))
+    def from_config(cls, cfg, context: TermContext, names: Sequence[str] = ()) -> "LayerKDTerm":
+        return LayerKDTerm(
+            cls.name, cfg.layer_weight, context, side=str(cfg.kd_side), layer_map=cfg.layer_map,
+            decoder_layer_map=cfg.decoder_layer_map,
+            # absent from the stored options of checkpoints written before they existed
+            normalize=str(getattr(cfg, "layer_normalize", None) or ""),
+            include_embedding=cfg.kd_include_embedding,
+            ckd_combination=str(getattr(cfg, "ckd_combination", "rc")),
+            ckd_project=str(getattr(cfg, "ckd_project", None) or ""),
+            alp_score=str(getattr(cfg, "alp_score", "dot")),
+            alp_granularity=str(getattr(cfg, "alp_granularity", "token")),
+            reduction=str(getattr(cfg, "layer_mse_reduction", None) or ""),
+            ckd_form=str(getattr(cfg, "ckd_form", None) or "paper"),
+            layer_project=str(getattr(cfg, "layer_project", None) or ""))
 
     @property
     def request(self) -> FeatureRequest:
@@ -207,3 +291,30 @@ class LayerKDTerm(DistillationTerm):
 
     def forward(self, student: Features, teachers: List[Features], sample) -> Tensor:
         return sum(self.side_loss(side, student, teachers[0], sample) for side in self.sides)
+
+
+FAMILY = "layer-KD"  # one layer-KD term at a time: --distill-terms takes at most one of these
+
+
+@register_term("pkd", options=(LayerKDOptions,), family=FAMILY, legacy_name="layer")
+class PKDTerm(LayerKDTerm):
+    """Student layer j <- one teacher layer (evenly spaced ``skip`` map), PKD's Eq. 3: the
+    squared L2 distance (sum over d) of unit-normalised states. (PKD's paper keeps the teacher's
+    width and has no map; where the widths differ the student's state is mapped.)"""
+    DEFAULTS = {"map": "skip", "normalize": "l2", "reduction": "sum", "project": "student"}
+
+
+@register_term("ckd", options=(LayerKDOptions, CKDOptions), family=FAMILY, legacy_name="layer")
+class CKDTerm(LayerKDTerm):
+    """Student layer j <- a group of teacher layers, fused to the student width by a learned map
+    and compared by MSE (CKD's Eq. 3); the map default comes from ``--ckd-combination`` and the
+    projection side from :func:`default_projection`."""
+    DEFAULTS = {"map": "rc", "normalize": "none", "reduction": "mean", "project": "teacher"}
+
+
+@register_term("alp_kd", options=(LayerKDOptions, ALPKDOptions), family=FAMILY, legacy_name="layer")
+class ALPKDTerm(LayerKDTerm):
+    """Student layer j attends over the teacher layers (ALP-KD's Eq. 6-7, MSE); every student
+    layer but the last. (Its paper keeps the teacher's width; where the widths differ the
+    student's state is mapped.)"""
+    DEFAULTS = {"map": "alp", "normalize": "none", "reduction": "mean", "project": "student"}

@@ -4,7 +4,8 @@ With a teacher cache (``--teacher-cache``) the teacher's distribution is its sto
 the KL is :func:`~fairseq_distill.losses.topk_word_kd_loss` (the K tokens plus one bucket for
 the rest; the full KL when K is the vocabulary size); no teacher runs.
 """
-from typing import List
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
 
 from torch import Tensor
 
@@ -12,12 +13,34 @@ from fairseq_distill.errors import DistillError
 from fairseq_distill.features import Features
 from fairseq_distill.losses import ensemble_log_probs, log_probs_at, topk_word_kd_loss, word_kd_loss
 from fairseq_distill.terms.base import DistillationTerm, TermContext, check_fraction
+from fairseq_distill.terms.registry import TERMS, register_term
+
+# η alone: Kim and Rush's interpolation, half cross-entropy, half KD. A term whose paper pairs
+# word-level KD with its own loss states its η as ``PAIRED_KD_WEIGHT`` (layer KD: CKD's 0.1).
+WORD_KD_WEIGHT = 0.5
 
 
+@dataclass
+class WordKDOptions:
+    kd_weight: Optional[float] = field(
+        default=None,
+        metadata={"help": f"η, weight of the word-level KD term (CE gets the rest). Default: "
+                  f"{WORD_KD_WEIGHT}, or 0.1 beside a layer-KD term (as in the CKD paper)"},
+    )
+    kd_temperature: float = field(
+        default=1.0, metadata={"help": "τ, softmax temperature of teacher and student in the KD term"}
+    )
+
+
+def default_kd_weight(names: Sequence[str]) -> float:
+    """η when ``--kd-weight`` is not given: that of the terms it is combined with, if they state one."""
+    paired = [TERMS[n].cls.PAIRED_KD_WEIGHT for n in names if getattr(TERMS[n].cls, "PAIRED_KD_WEIGHT", None)]
+    return paired[0] if paired else WORD_KD_WEIGHT
+
+
+@register_term("word_kd", options=(WordKDOptions,), legacy_name="kd")
 class WordKDTerm(DistillationTerm):
     """KL from the teachers' averaged distribution to the student's, per target token."""
-
-    name = "kd"
 
     def __init__(self, weight: float, temperature: float, context: TermContext):
         check_fraction("--kd-weight", weight)
@@ -32,8 +55,9 @@ class WordKDTerm(DistillationTerm):
             self.reads_teacher = False
 
     @classmethod
-    def from_config(cls, cfg, context: TermContext) -> "WordKDTerm":
-        return cls(cfg.kd_weight, cfg.kd_temperature, context)
+    def from_config(cls, cfg, context: TermContext, names: Sequence[str] = ("word_kd",)) -> "WordKDTerm":
+        weight = cfg.kd_weight if cfg.kd_weight is not None else default_kd_weight(names)
+        return cls(weight, cfg.kd_temperature, context)
 
     def forward(self, student: Features, teachers: List[Features], sample) -> Tensor:
         p, tau = self.prefix, self.temperature

@@ -18,6 +18,7 @@ import glob
 import json
 import os
 import sys
+import textwrap
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(BENCH))
@@ -95,42 +96,59 @@ def summary_table(rows) -> str:
     return "\n".join(lines)
 
 
-CAPTION = ("BLEU against decoding speed (tokens/s) of every teacher and student run of the committed "
-           "recipe results, and of the CTranslate2 exports (triangles) of the deployed student. Each "
-           "speed is the one its table measured (recipe rows: fairseq-generate at the recipe's "
-           "evaluation settings; CTranslate2 rows: one translation loop for all backends), on a "
-           "shared CPU in different sessions, so read small speed differences with care. Rows "
-           "without a measured speed are listed in the table but not plotted{unplotted}.")
+CAPTION = ("BLEU against decoding speed (tokens/s), one panel per recipe, and one for the CTranslate2 "
+           "exports of the deployed student (triangles). Squares: teachers; circles: students; the labelled "
+           "points are the panel's Pareto front (no other point is both faster and better). Each speed is "
+           "the one its table measured (recipe rows: fairseq-generate at the recipe's evaluation settings; "
+           "CTranslate2 rows: one translation loop for all backends) on a shared CPU, each row when it was "
+           "evaluated: compare speeds within a panel only, and small differences there with care; across "
+           "panels they are not comparable. Rows without a measured speed are listed in the table but not "
+           "plotted{unplotted}.")
+
+
+def pareto_front(rows):
+    """The rows no other row beats on both speed and BLEU."""
+    return [r for r in rows if not any(o is not r and o["tokens_per_second"] >= r["tokens_per_second"]
+                                       and o["bleu"] >= r["bleu"] and (o["tokens_per_second"], o["bleu"])
+                                       != (r["tokens_per_second"], r["bleu"]) for o in rows)]
+
+
+def panels(rows):
+    """{panel title: its measured rows}: one per recipe (a row several recipes share goes to the
+    first), then the deployment comparison."""
+    groups = {}
+    for r in rows:
+        if measured(r):
+            name = r["recipes"][0] if r["backend"] == "fairseq" else f"CTranslate2 exports ({r['run']})"
+            groups.setdefault(name, []).append(r)
+    return dict(sorted(groups.items(), key=lambda item: (item[0].startswith("CTranslate2"), item[0])))
 
 
 def plot(rows, path, caption):
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(9, 6))
-    groups = {}
-    for r in rows:
-        if measured(r):
-            groups.setdefault(r["recipes"][0] if r["backend"] == "fairseq" else "CTranslate2 / deployment", []).append(r)
-    colours = plt.get_cmap("tab10")
-    for i, (name, members) in enumerate(sorted(groups.items())):
-        for role, marker in (("teacher", "s"), ("student", "o")):
+    groups = panels(rows)
+    columns = min(3, max(len(groups), 1))
+    lines = -(-len(groups) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(4.2 * columns, 3.4 * lines + 0.9), squeeze=False)
+    for ax in axes.flat[len(groups):]:
+        ax.axis("off")
+    for ax, (name, members) in zip(axes.flat, groups.items()):
+        deployed = name.startswith("CTranslate2")
+        for role, marker, colour in (("teacher", "s", "tab:red"), ("student", "o", "tab:blue")):
             chosen = [r for r in members if r["role"] == role]
-            if not chosen:
-                continue
-            deployed = name.startswith("CTranslate2")
             ax.scatter([r["tokens_per_second"] for r in chosen], [r["bleu"] for r in chosen],
-                       marker="^" if deployed else marker, color=colours(i % 10), s=36,
-                       label=f"{name} ({role}s)" if not deployed else f"{name}: {chosen[0]['run']}")
-            for r in chosen:
-                label = r["run"] if not deployed else r["backend"]
-                ax.annotate(label, (r["tokens_per_second"], r["bleu"]), fontsize=5, alpha=0.8,
-                            xytext=(3, 2), textcoords="offset points")
-    ax.margins(x=0.1)  # room for the labels of the outermost points
-    ax.set_xlabel("decoding speed (tokens/s)")
-    ax.set_ylabel("BLEU (test set)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
-    fig.text(0.01, 0.005, caption, fontsize=6, wrap=True, va="bottom")
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+                       marker="^" if deployed else marker, color=colour, s=22)
+        for r in pareto_front(members):
+            ax.annotate(r["backend"] if deployed else r["run"], (r["tokens_per_second"], r["bleu"]),
+                        fontsize=6, xytext=(3, 2), textcoords="offset points")
+        ax.set_title(name, fontsize=8)
+        ax.margins(x=0.25, y=0.1)  # room for the labels of the outermost points
+        ax.tick_params(labelsize=6)
+        ax.set_xlabel("tokens/s", fontsize=7)
+        ax.set_ylabel("BLEU (test set)", fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.text(0.01, 0.005, textwrap.fill(caption, 60 * columns), fontsize=6, va="bottom")
+    fig.tight_layout(rect=(0, 0.9 / (3.4 * lines + 0.9), 1, 1))
     fig.savefig(path, dpi=130)
     plt.close(fig)
 

@@ -217,3 +217,20 @@ def test_committed_results_tables_are_rendered_from_their_json(tmp_path):
     run([sys.executable, os.path.join(REPO, "bench", "report.py"), "--results",
          os.path.join(REPO, "bench", "results"), "--out", str(tmp_path)])
     assert open(tmp_path / "summary.md").read() == open(os.path.join(REPO, "bench", "results", "summary.md")).read()
+
+
+def test_summary_plot_has_one_panel_per_recipe_and_labels_its_pareto_front():
+    sys.path.insert(0, REPO)
+    from bench.report import panels, pareto_front
+
+    def row(run, speed, bleu, recipe="r1", backend="fairseq"):
+        return {"run": run, "tokens_per_second": speed, "bleu": bleu, "recipes": [recipe], "backend": backend}
+
+    fast_bad, slow_good, dominated, tie = row("a", 300, 20), row("b", 100, 30), row("c", 90, 25), row("d", 300, 20)
+    assert [r["run"] for r in pareto_front([fast_bad, slow_good, dominated])] == ["a", "b"]
+    assert [r["run"] for r in pareto_front([fast_bad, tie])] == ["a", "d"]  # equal points both stay
+    grouped = panels([row("x", 1, 1, "r2"), fast_bad, row("ct2", 5, 5, backend="ctranslate2 (int8)"),
+                      row("unmeasured", None, 3)])
+    assert {k: [r["run"] for r in v] for k, v in grouped.items()} == {
+        "r1": ["a"], "r2": ["x"], "CTranslate2 exports (ct2)": ["ct2"]}
+    assert list(grouped)[-1].startswith("CTranslate2")  # the deployment panel comes last

@@ -84,7 +84,14 @@ def test_resume_continues_training(tiny_data, tiny_teacher, tmp_path):
 def test_subword_nmt_preparation_is_lossless(tmp_path):
     raw = write_raw_corpus(tmp_path / "raw", 200, 10, 10)
     out = tmp_path / "prep"
-    run(prepare_corpus_argv(raw, out, "--bpe", "subword_nmt", "--vocab-size", "300"))
+    printed = run(prepare_corpus_argv(raw, out, "--bpe", "subword_nmt", "--vocab-size", "300")).stdout
+    # one line per stage; fairseq-preprocess's own output (its options, counts) goes to a log
+    stages = ["train: 200 sentence pairs", "valid: 10", "test: 10", "learned a joint subword_nmt model",
+              "segmented every split", "binarized with fairseq-preprocess", "done in"]
+    assert [line.startswith("[prepare] " + stage) for line, stage in zip(printed.splitlines(), stages)] == \
+        [True] * len(stages) and len(printed.splitlines()) == len(stages), printed
+    assert f"(log: {out / 'preprocess.log'})" in printed
+    assert "Namespace(" in open(out / "preprocess.log", encoding="utf-8").read()
     tok = open(out / "tok" / "test.en", encoding="utf-8").read().splitlines()
     ref = open(raw / "test.en", encoding="utf-8").read().splitlines()
     assert any("@@ " in line for line in tok)
@@ -113,3 +120,15 @@ def test_plugin_commands_and_training_logs_carry_no_library_noise(tiny_data, tin
     proc = run([os.path.join(os.path.dirname(__import__("sys").executable), "python"), "-c",
                 "import warnings, fairseq_distill; warnings.warn('a real warning')"], check=False)
     assert "a real warning" in proc.stdout
+
+
+def test_a_failing_fairseq_preprocess_is_named_with_its_log(tmp_path):
+    from fairseq_distill.errors import DistillError
+    from fairseq_distill.text.corpus import fairseq_preprocess
+
+    log = tmp_path / "preprocess.log"
+    with pytest.raises(DistillError) as raised:
+        fairseq_preprocess("de", "en", str(tmp_path / "no-such-dir"), str(tmp_path / "bin"), ["test"], 1, str(log))
+    message = str(raised.value)
+    assert message.startswith("fairseq-preprocess failed (exit status 1); the last lines of its log " + str(log))
+    assert "No such file or directory" in message and "no-such-dir" in message

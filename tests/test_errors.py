@@ -142,7 +142,7 @@ def test_blank_line_in_corpus(tmp_path, raw):
 def test_lines_empty_after_normalisation_are_refused_like_blank_ones(tmp_path):
     """A side holding only a zero-width space (or other invisible characters) is a blank line
     once normalised: refused before anything is written (issue 32.3)."""
-    from fairseq_distill.cli.prepare_corpus import load_split
+    from fairseq_distill.text.corpus import load_split
     from fairseq_distill.errors import DistillError
 
     (tmp_path / "t.de").write_text("ein hund\n\u200b\nzwei\n", encoding="utf-8")
@@ -174,7 +174,7 @@ def test_ctrl_c_in_a_command_prints_one_line_saying_what_was_kept(capsys):
 
 
 def test_over_long_pairs_are_found_by_their_longer_side():
-    from fairseq_distill.cli.prepare_corpus import over_long_pairs
+    from fairseq_distill.text.corpus import over_long_pairs
 
     keep, long_lines = over_long_pairs(["a b", "a b c d", "a"], ["x", "y", "x y z w v"], 3)
     assert keep == [0] and long_lines == [(2, 4), (3, 5)]

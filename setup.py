@@ -25,9 +25,10 @@ setup(
         "pyyaml",
     ],
     extras_require={
-        "test": ["pytest", "matplotlib", "ctranslate2>=4.0"],
+        "test": ["pytest", "matplotlib", "ctranslate2>=4.0", "sacremoses"],
         "plots": ["matplotlib"],
         "deploy": ["ctranslate2>=4.0"],  # CTranslate2 export and backend
+        "recipes": ["sacremoses"],  # the benchmark recipes' Moses tokenisation
     },
     entry_points={
         "console_scripts": [
@@ -45,6 +46,7 @@ setup(
             "fsd-evaluate-depths=fairseq_distill.cli.evaluate_depths:main",
             "fsd-compare=fairseq_distill.cli.compare:main",
             "fsd-cache-teacher=fairseq_distill.cli.cache_teacher:main",
+            "fsd-benchmark-corpus=fairseq_distill.cli.benchmark_corpus:main",
         ]
     },
 )

@@ -1,0 +1,94 @@
+"""The IWSLT'14 protocol (fairseq's prepare-iwslt14.sh) on a synthetic archive of the official
+layout: every stage counted, each sentence followed through by hand."""
+import json
+import os
+
+import pytest
+
+from fairseq_distill.corpora import iwslt14
+from fairseq_distill.corpora.moses import clean_pairs, lowercase, tokenize
+from fairseq_distill.errors import DistillError
+from iwslt14_archive import sentence, write_archive
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read().split("\n")[:-1]
+
+
+def test_moses_steps_by_hand():
+    # tokenizer.perl splits an apostrophe off both sides except in English, French and Italian
+    assert tokenize(["Das ist's, z.B. \"gut\"."], "de") == ["Das ist &apos; s , z.B. &quot; gut &quot; ."]
+    assert tokenize(["It's 3.5 km."], "en") == ["It &apos;s 3.5 km ."]
+    assert lowercase(["ÄRGER Über"]) == ["ärger über"]
+    src = ["a b", "a  b c", "a", "a b c d", "x " * 176, ""]
+    tgt = ["c d", "d e f", "a b c", "e f g h i j k", "y", "z"]
+    # kept: 2/2, 3/3 (spaces collapsed); dropped: ratio 3, ratio 1.75, 176 tokens, an empty side
+    assert clean_pairs(src, tgt, 1, 175, 1.5) == ([0, 1], ["a b", "a b c"], ["c d", "d e f"])
+
+
+def test_iwslt14_protocol_on_the_official_layout(tmp_path):
+    long_pair = {5: " ".join(["wort"] * 176)}                   # 176 tokens: over the 175 limit
+    unbalanced = {7: "Ein sehr sehr sehr sehr sehr sehr langer Satz ."}  # 10 tokens against 1
+    archive = write_archive(tmp_path / "de-en.tgz", pairs=60, extra_de={**long_pair, **unbalanced},
+                            extra_en={7: "Short"})
+    lines = []
+    counts = iwslt14.prepare(str(archive), str(tmp_path / "out"), report=lines.append)
+    # 60 talk lines a side; the 6 metadata blocks hold 3 dropped lines and 2 kept (title, description)
+    assert counts["train.tags"] == {"de": 60 + 6 * 5, "en": 60 + 6 * 5}
+    assert counts["train talk text"] == {"de": 72, "en": 72}
+    assert counts["cleaned"] == {"de": 70, "en": 70}
+    assert counts["valid"] == {"de": 3, "en": 3} and counts["train"] == {"de": 67, "en": 67}  # 23rd, 46th, 69th
+    assert counts["test"] == {"de": 14, "en": 14} and counts["test.orig"] == {"de": 14, "en": 14}
+    out = tmp_path / "out"
+    train_de, valid_de = read(out / "train.de"), read(out / "valid.de")
+    # the talk text in order: title, description, then the talk's lines, tokenised and lowercased
+    assert train_de[:3] == ["talk 0 : haus", "about hund 0", tokenize([sentence("de", 0)], "de")[0].lower()]
+    cleaned = [line for line in read(out / "train.de")]
+    assert all(line == line.lower() for line in cleaned)
+    assert not any("wort wort" in line for line in cleaned + valid_de)
+    assert not any("langer satz" in line for line in cleaned + valid_de)
+    # valid: cleaned pairs 23, 46 and 69; train: the rest, in order
+    talk_text = [iwslt14.KEPT_TAGS.sub("", line) for line in iwslt14.training_lines(
+        write_archive_lines(tmp_path, long_pair, unbalanced))]
+    # talk line i follows the title and description of talks 0..i//10: the dropped pairs 5 and 7
+    kept = [line for i, line in enumerate(talk_text) if i not in (5 + 2, 7 + 2)]
+    expected = [tokenize([line], "de")[0].lower() for line in kept]
+    assert valid_de == [expected[22], expected[45], expected[68]]
+    assert train_de == [line for i, line in enumerate(expected, 1) if i % 23]
+    # test: the five sets in the protocol's order, ’ written as ', tokenised, lowercased; and untokenised
+    test_en, orig_en = read(out / "test.en"), read(out / "test.orig.en")
+    assert orig_en[0] == sentence("en", 0) + " It's"      # dev2010 first, segment tags gone
+    assert test_en[0].endswith("it &apos;s")
+    assert orig_en[3] == sentence("en", 100) + " It's"   # then TEDX dev2012
+    assert orig_en[5] == sentence("en", 200) + " It's"   # then tst2010, tst2011, tst2012
+    assert lines[-1].startswith("[iwslt14] train 67, valid 3 (every 23rd cleaned pair), test 14 (3 + 2 + 4 + 2 + 3")
+
+
+def write_archive_lines(tmp_path, long_pair, unbalanced):
+    from iwslt14_archive import train_tags
+
+    return train_tags("de", 60, {**long_pair, **unbalanced})
+
+
+def test_an_unpacked_directory_reads_like_the_archive(tmp_path):
+    write_archive(tmp_path / "de-en.tgz")
+    write_archive(tmp_path / "unpacked", as_directory=True)
+    a = iwslt14.prepare(str(tmp_path / "de-en.tgz"), str(tmp_path / "a"), report=lambda _: None)
+    b = iwslt14.prepare(str(tmp_path / "unpacked"), str(tmp_path / "b"), report=lambda _: None)
+    assert a == b
+    for name in ("train.de", "valid.en", "test.de", "test.orig.en"):
+        assert read(tmp_path / "a" / name) == read(tmp_path / "b" / name)
+
+
+def test_damaged_or_wrong_archives_are_named(tmp_path):
+    with pytest.raises(DistillError, match="neither a directory nor a tar archive"):
+        iwslt14.prepare(str(tmp_path / "missing.tgz"), str(tmp_path / "out"))
+    os.makedirs(tmp_path / "empty")
+    with pytest.raises(DistillError, match="has no file train.tags.de-en.de: is it IWSLT'14's de-en.tgz"):
+        iwslt14.prepare(str(tmp_path / "empty"), str(tmp_path / "out"))
+    write_archive(tmp_path / "short", pairs=30, as_directory=True)
+    path = tmp_path / "short" / "de-en" / "train.tags.de-en.en"
+    path.write_text("\n".join(read(path)[:-1]) + "\n", encoding="utf-8")  # one talk line fewer
+    with pytest.raises(DistillError, match="training talk text: the sides differ in length \\(de 36, en 35\\)"):
+        iwslt14.prepare(str(tmp_path / "short"), str(tmp_path / "out"))

@@ -47,6 +47,7 @@ setup(
             "fsd-compare=fairseq_distill.cli.compare:main",
             "fsd-cache-teacher=fairseq_distill.cli.cache_teacher:main",
             "fsd-benchmark-corpus=fairseq_distill.cli.benchmark_corpus:main",
+            "fsd-benchmark-score=fairseq_distill.cli.benchmark_score:main",
         ]
     },
 )

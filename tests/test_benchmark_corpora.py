@@ -92,3 +92,46 @@ def test_damaged_or_wrong_archives_are_named(tmp_path):
     path.write_text("\n".join(read(path)[:-1]) + "\n", encoding="utf-8")  # one talk line fewer
     with pytest.raises(DistillError, match="training talk text: the sides differ in length \\(de 36, en 35\\)"):
         iwslt14.prepare(str(tmp_path / "short"), str(tmp_path / "out"))
+
+
+def test_recipe_scores_in_both_forms_by_hand(tmp_path):
+    """A2D's form scores the tokenised lowercased text as it is; sacreBLEU scores the detokenised
+    output against the untokenised references, ignoring case (the protocol lowercases)."""
+    from fairseq_distill.corpora.scoring import recipe_scores
+
+    text = tmp_path / "text"
+    text.mkdir()
+    (text / "test.en").write_text("it &apos;s a test .\nthe house is big .\n", encoding="utf-8")
+    (text / "test.orig.en").write_text("It's a test.\nThe house is big.\n", encoding="utf-8")
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text("it &apos;s a test .\nthe house is big .\n", encoding="utf-8")
+    scores = recipe_scores("iwslt14_de_en", str(text), str(hyp))
+    assert scores["paper_bleu"] == 100.0 and scores["sacrebleu"] == 100.0 and scores["chrf"] == 100.0
+    assert "case:lc" in scores["sacrebleu_signature"] and "tok:13a" in scores["paper_bleu_signature"]
+    hyp.write_text("it &apos;s a test .\nthe house is small .\n", encoding="utf-8")
+    worse = recipe_scores("iwslt14_de_en", str(text), str(hyp))
+    assert worse["paper_bleu"] < 100 and worse["sacrebleu"] < 100
+    hyp.write_text("one line\n", encoding="utf-8")
+    with pytest.raises(DistillError, match="has 1 lines; the test set has 2"):
+        recipe_scores("iwslt14_de_en", str(text), str(hyp))
+
+
+def test_results_table_marks_what_was_not_measured(tmp_path):
+    from fairseq_distill.corpora.results import write_table
+
+    rows = tmp_path / "rows.tsv"
+    rows.write_text("# comment\nno-kd-3\t3\toriginal\tlabel_smoothed_cross_entropy\t-\t4\t36.24\n"
+                    "a2d-3\t3\toriginal\ta2d\t--a2d-weight 1.0\t4\t37.17\n", encoding="utf-8")
+    evals = tmp_path / "eval"
+    evals.mkdir()
+    (evals / "a2d-3.scores.json").write_text(json.dumps({
+        "paper_bleu": 30.5, "sacrebleu": 29.25, "chrf": 55.0, "paper_bleu_form": "form",
+        "paper_bleu_signature": "sig1", "sacrebleu_signature": "sig2", "chrf_signature": "sig3"}))
+    table = write_table("iwslt14_de_en", str(rows), "36.79", str(evals), str(tmp_path / "results.md"))
+    assert [r["name"] for r in table["rows"]] == ["teacher", "no-kd-3", "a2d-3"]
+    text = (tmp_path / "results.md").read_text(encoding="utf-8")
+    assert "| teacher | 6+6 | 4 | original | label_smoothed_cross_entropy |  | 36.79 | not yet measured |" in text
+    assert "| a2d-3 | 3+3 | 4 | original | a2d | `--a2d-weight 1.0` | 37.17 | 30.50 | 29.25 | 55.00 |" in text
+    (tmp_path / "bad.tsv").write_text("a\tb\n", encoding="utf-8")
+    with pytest.raises(DistillError, match="bad.tsv:1: 2 tab-separated cells, expected 7"):
+        write_table("iwslt14_de_en", str(tmp_path / "bad.tsv"), None, str(evals), str(tmp_path / "r.md"))

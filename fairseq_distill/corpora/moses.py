@@ -15,6 +15,14 @@ def tokenizer(lang: str):
     return MosesTokenizer(lang=lang)
 
 
+def detokenizer(lang: str):
+    try:
+        from sacremoses import MosesDetokenizer
+    except ImportError as e:
+        raise DistillError("the benchmark recipes detokenise with sacremoses: pip install sacremoses") from e
+    return MosesDetokenizer(lang=lang)
+
+
 def tokenize(lines: Iterable[str], lang: str) -> List[str]:
     """``tokenizer.perl -l LANG``: default (not aggressive) hyphen handling, special characters
     escaped as XML entities, as the protocols' data has them."""
@@ -32,6 +40,8 @@ def clean_pairs(src: Sequence[str], tgt: Sequence[str], min_tokens: int, max_tok
     """``clean-corpus-n.perl -ratio R ... MIN MAX``: whitespace collapsed, and a pair dropped
     when a side has fewer than ``min_tokens`` or more than ``max_tokens`` tokens, or one side is
     more than ``ratio`` times as long as the other. Returns the kept indices and both sides."""
+    if min_tokens < 1:
+        raise DistillError(f"a cleaned pair needs at least one token a side, got a minimum of {min_tokens}")
     if len(src) != len(tgt):
         raise DistillError(f"cannot clean a corpus whose sides differ in length: {len(src)} and {len(tgt)} lines")
     kept, out_src, out_tgt = [], [], []

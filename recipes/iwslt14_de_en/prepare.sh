@@ -29,8 +29,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-run() {  # print the command; run it unless --dry-run
-  echo "+ $*"
+run() {  # print the command, quoted as a shell reads it; run it unless --dry-run
+  echo "+ $(printf '%q ' "$@")"
   [ "$DRY_RUN" = 1 ] || "$@"
 }
 

@@ -1,0 +1,60 @@
+"""``fsd-benchmark-score``: a recipe's scores and results table.
+
+    fsd-benchmark-score score iwslt14_de_en --text OUT/text --eval OUT/eval/NAME.json --out OUT/eval/NAME.scores.json
+    fsd-benchmark-score table iwslt14_de_en --rows recipes/iwslt14_de_en/rows.tsv --eval OUT/eval --out OUT/results.md
+
+``score`` reads the hypotheses ``fsd-evaluate`` wrote (its JSON names them) and scores them in
+the paper's BLEU form and with sacreBLEU and chrF (:mod:`fairseq_distill.corpora.scoring`);
+``table`` writes ``results.md`` and ``results.json`` (:mod:`fairseq_distill.corpora.results`).
+"""
+import argparse
+import json
+import os
+
+from fairseq_distill.cli.common import run_cli
+from fairseq_distill.errors import DistillError
+
+CORPORA = ("iwslt14_de_en",)
+
+
+def score(args):
+    from fairseq_distill.corpora.scoring import recipe_scores
+
+    if not os.path.isfile(args.eval):
+        raise DistillError(f"--eval {args.eval}: no such fsd-evaluate record (run the evaluate stage)")
+    with open(args.eval, encoding="utf-8") as f:
+        record = json.load(f)
+    scores = recipe_scores(args.corpus, args.text, record["hypotheses"])
+    scores["evaluation"] = os.path.abspath(args.eval)
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(scores, f, indent=2)
+    print(f"[score] {os.path.basename(args.eval)}: {scores['paper_bleu']:.2f} BLEU in the paper's form, "
+          f"{scores['sacrebleu']:.2f} sacreBLEU, {scores['chrf']:.2f} chrF -> {args.out}")
+
+
+def table(args):
+    from fairseq_distill.corpora.results import write_table
+
+    write_table(args.corpus, args.rows, args.teacher_paper_bleu, args.eval, args.out)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("``", ""))
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("score", help="one system's test-set scores in both BLEU forms")
+    s.add_argument("corpus", choices=CORPORA)
+    s.add_argument("--text", required=True, help="the corpus's fsd-benchmark-corpus output (test.*, test.orig.*)")
+    s.add_argument("--eval", required=True, help="fsd-evaluate's JSON record of the system")
+    s.add_argument("--out", required=True, help="where the scores JSON goes")
+    t = sub.add_parser("table", help="the recipe's results table")
+    t.add_argument("corpus", choices=CORPORA)
+    t.add_argument("--rows", required=True, help="the recipe's rows.tsv")
+    t.add_argument("--teacher-paper-bleu", default=None, help="the teacher's BLEU as the paper reports it")
+    t.add_argument("--eval", required=True, help="the directory of the scores JSON files")
+    t.add_argument("--out", required=True, help="results.md (results.json goes beside it)")
+    args = p.parse_args(argv)
+    run_cli("benchmark-score", lambda: score(args) if args.command == "score" else table(args))
+
+
+if __name__ == "__main__":
+    main()

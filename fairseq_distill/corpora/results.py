@@ -1,0 +1,77 @@
+"""A recipe's results table: each row of its ``rows.tsv`` (the paper's students, with the BLEU
+the paper reports) beside what the run measured (``fsd-benchmark-score score`` records), written
+as ``results.md`` and ``results.json``. A row not yet evaluated says so; no number is filled in."""
+import json
+import os
+from typing import Dict, List, Optional
+
+from fairseq_distill.errors import DistillError
+
+COLUMNS = ("name", "layers", "data", "criterion", "options", "heads", "paper_bleu")
+
+
+def read_rows(path: str) -> List[Dict[str, str]]:
+    """``rows.tsv``: tab-separated, ``#`` comments; one row per student."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line.strip() or line.startswith("#"):
+                continue
+            cells = line.split("\t")
+            if len(cells) != len(COLUMNS):
+                raise DistillError(f"{path}:{number}: {len(cells)} tab-separated cells, expected {len(COLUMNS)} "
+                                   f"({', '.join(COLUMNS)})")
+            rows.append(dict(zip(COLUMNS, cells)))
+    names = [r["name"] for r in rows]
+    if len(set(names)) != len(names):
+        raise DistillError(f"{path}: a row name appears twice: {sorted(n for n in names if names.count(n) > 1)}")
+    return rows
+
+
+def measured(eval_dir: str, name: str) -> Optional[dict]:
+    path = os.path.join(eval_dir, f"{name}.scores.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def results_table(corpus: str, rows: List[Dict[str, str]], teacher_paper_bleu: Optional[str],
+                  eval_dir: str) -> dict:
+    entries = [{"name": "teacher", "layers": "6", "criterion": "label_smoothed_cross_entropy", "options": "-",
+                "data": "original", "heads": "4", "paper_bleu": teacher_paper_bleu or "-"}] + rows
+    for entry in entries:
+        entry["measured"] = measured(eval_dir, entry["name"])
+    return {"corpus": corpus, "rows": entries}
+
+
+def markdown(table: dict) -> str:
+    rows = table["rows"]
+    first = next((r["measured"] for r in rows if r["measured"]), None)
+    lines = [f"# {table['corpus']}: the paper's rows and this run", ""]
+    if first:
+        lines += [f"Paper BLEU form: {first['paper_bleu_form']} (`{first['paper_bleu_signature']}`); "
+                  f"sacreBLEU: `{first['sacrebleu_signature']}`; chrF: `{first['chrf_signature']}`.", ""]
+    lines += ["| row | layers | heads | data | criterion | options | paper's BLEU | ours, paper's form | "
+              "ours, sacreBLEU | ours, chrF |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        m = r["measured"]
+        ours = [f"{m['paper_bleu']:.2f}", f"{m['sacrebleu']:.2f}", f"{m['chrf']:.2f}"] if m else ["not yet measured"] * 3
+        options = "" if r["options"] == "-" else f"`{r['options']}`"
+        lines.append(f"| {r['name']} | {r['layers']}+{r['layers']} | {r['heads']} | {r['data']} | {r['criterion']} | "
+                     f"{options} | {r['paper_bleu']} | " + " | ".join(ours) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(corpus: str, rows_path: str, teacher_paper_bleu: Optional[str], eval_dir: str, out: str) -> dict:
+    table = results_table(corpus, read_rows(rows_path), teacher_paper_bleu, eval_dir)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(markdown(table))
+    with open(os.path.splitext(out)[0] + ".json", "w", encoding="utf-8") as f:
+        json.dump(table, f, indent=2)
+    done = sum(1 for r in table["rows"] if r["measured"])
+    print(f"[table] {done} of {len(table['rows'])} rows measured -> {out}")
+    return table

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# IWSLT'14 De->En: the teacher and the students of A2D's Table 1 (rows.tsv), trained with fairseq-train
+# and the plugin, evaluated in the paper's BLEU form and with sacreBLEU; results.md compares them with
+# the paper's numbers. Run prepare.sh first (same --out).
+#
+#   recipes/iwslt14_de_en/run.sh [--out DIR] [--gpus N] [--no-fp16] [--stage NAME] [--dry-run] [--smoke]
+#
+# Stages, in order, each skipped when done (a rerun resumes an interrupted training):
+#   teacher   transformer_iwslt_de_en (6+6, 512, FFN 1024, 4 heads), the authors' training settings
+#   cache     the teacher's top-k distributions over the training set, for the word-level KD rows
+#   seqkd     the teacher's translations of the training set (fsd-seqkd, beam 5), for seq-kd-3
+#   students  every row of rows.tsv
+#   evaluate  beam 5 on the test set: fsd-evaluate, then both BLEU forms and chrF (fsd-benchmark-score)
+#   table     OUT/results.md and OUT/results.json
+# --gpus N trains data-parallel on N GPUs (fairseq's own), with --fp16 unless --no-fp16; without a GPU
+# it runs on the CPU. --smoke: every stage at a toy size on the CPU (tiny models, a few updates), to
+# test the pipeline. --dry-run prints every command with its flags and runs nothing.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+OUT=work/iwslt14_de_en
+GPUS=0
+FP16=1
+STAGE=all
+DRY_RUN=0
+SMOKE=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) OUT="$2"; shift 2 ;;
+    --gpus) GPUS="$2"; shift 2 ;;
+    --no-fp16) FP16=0; shift ;;
+    --stage) STAGE="$2"; shift 2 ;;
+    --dry-run) DRY_RUN=1; shift ;;
+    --smoke) SMOKE=1; shift ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown option '$1'; valid: --out DIR, --gpus N, --no-fp16, --stage NAME, --dry-run, --smoke" >&2
+       exit 2 ;;
+  esac
+done
+STAGES="teacher cache seqkd students evaluate table"
+case " $STAGES all " in
+  *" $STAGE "*) ;;
+  *) echo "run.sh: unknown --stage '$STAGE'; valid: $STAGES (or all)" >&2; exit 2 ;;
+esac
+case "$GPUS" in
+  ''|*[!0-9]*) echo "run.sh: --gpus must be a number of GPUs (0: the CPU), got '$GPUS'" >&2; exit 2 ;;
+esac
+
+DATA="$OUT/data/bin"
+TEXT="$OUT/text"
+RUNS="$OUT/runs"
+TEACHER="$RUNS/teacher/checkpoint_best.pt"
+PLUGIN="$(python -c 'import fairseq_distill, os; print(os.path.dirname(fairseq_distill.__file__))' 2>/dev/null || echo fairseq_distill)"
+if [ "$DRY_RUN" = 0 ] && [ ! -f "$DATA/fairseq_distill.json" ]; then
+  echo "run.sh: no prepared data in $DATA: run recipes/iwslt14_de_en/prepare.sh --out $OUT first" >&2
+  exit 1
+fi
+
+# The authors' training settings (A2D's released train_teacher.sh / train_student.sh): Adam
+# (0.9, 0.98), lr 5e-4, inverse square root schedule with 4000 warm-up updates, dropout 0.3, weight
+# decay 1e-4, label smoothing 0.1, 4096 tokens a batch, at most 100 epochs with patience 10, the
+# checkpoint with the best validation BLEU (beam 5).
+TRAIN=(--share-decoder-input-output-embed --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm 0.0
+       --lr 5e-4 --lr-scheduler inverse_sqrt --warmup-updates 4000 --dropout 0.3 --weight-decay 0.0001
+       --label-smoothing 0.1 --max-tokens 4096 --max-epoch 100 --patience 10 --no-epoch-checkpoints
+       --eval-bleu --eval-bleu-args '{"beam": 5, "max_len_a": 1.2, "max_len_b": 10}' --eval-bleu-remove-bpe
+       --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --log-format simple --log-interval 100)
+ARCH=(--arch transformer_iwslt_de_en)
+DEVICE=()
+if [ "$SMOKE" = 1 ]; then
+  # a toy size: the same stages and flags, minutes on a CPU
+  TRAIN+=(--max-update 6 --max-epoch 2 --max-tokens 1000 --warmup-updates 2)
+  ARCH+=(--encoder-embed-dim 32 --decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64)
+  DEVICE=(--cpu)
+elif [ "$GPUS" -gt 0 ]; then
+  DEVICE=(--distributed-world-size "$GPUS")
+  [ "$FP16" = 1 ] && DEVICE+=(--fp16)
+else
+  DEVICE=(--cpu)
+fi
+TOOL_DEVICE=()
+[ "$SMOKE" = 1 ] || [ "$GPUS" = 0 ] && TOOL_DEVICE=(--cpu)
+
+run() {  # print the command, quoted as a shell reads it; run it unless --dry-run
+  echo "+ $(printf '%q ' "$@")"
+  [ "$DRY_RUN" = 1 ] || "$@"
+}
+wanted() { [ "$STAGE" = all ] || [ "$STAGE" = "$1" ]; }
+done_marker() { [ "$DRY_RUN" = 0 ] && [ -f "$1/.done" ]; }
+finish() { [ "$DRY_RUN" = 1 ] || touch "$1/.done"; }
+
+if wanted teacher; then
+  if done_marker "$RUNS/teacher"; then echo "[teacher] done: $TEACHER"; else
+    run fairseq-train "$DATA" --user-dir "$PLUGIN" "${ARCH[@]}" --task translation \
+      --criterion label_smoothed_cross_entropy "${TRAIN[@]}" "${DEVICE[@]}" --save-dir "$RUNS/teacher"
+    finish "$RUNS/teacher"
+  fi
+fi
+
+if wanted cache; then
+  if done_marker "$OUT/cache"; then echo "[cache] done: $OUT/cache"; else
+    run fsd-cache-teacher --teacher "$TEACHER" --data "$DATA" --out "$OUT/cache" "${TOOL_DEVICE[@]}"
+    finish "$OUT/cache"
+  fi
+fi
+
+if wanted seqkd; then
+  if done_marker "$OUT/seqkd"; then echo "[seqkd] done: $OUT/seqkd"; else
+    run fsd-seqkd --data "$DATA" --teacher "$TEACHER" --out "$OUT/seqkd" --beam 5
+    finish "$OUT/seqkd"
+  fi
+fi
+
+rows() { grep -v '^#' "$HERE/rows.tsv" | grep -v '^$'; }
+
+if wanted students; then
+  while IFS=$'\t' read -r name layers data criterion options heads paper; do
+    dir="$RUNS/$name"
+    if done_marker "$dir"; then echo "[students] $name done"; continue; fi
+    bin="$DATA"; [ "$data" = seqkd ] && bin="$OUT/seqkd"
+    task=(--task translation)
+    extra=()
+    [ "$options" = - ] || read -r -a extra <<< "$options"
+    if [ "$criterion" != label_smoothed_cross_entropy ]; then
+      task=(--task translation_distill --teacher-path "$TEACHER")
+      [ "$criterion" = word_kd ] && task+=(--teacher-cache "$OUT/cache")
+    fi
+    run fairseq-train "$bin" --user-dir "$PLUGIN" "${ARCH[@]}" --encoder-layers "$layers" --decoder-layers "$layers" \
+      --encoder-attention-heads "$heads" --decoder-attention-heads "$heads" "${task[@]}" --criterion "$criterion" \
+      "${extra[@]}" "${TRAIN[@]}" "${DEVICE[@]}" --save-dir "$dir" < /dev/null
+    finish "$dir"
+  done < <(rows)
+fi
+
+if wanted evaluate; then
+  run mkdir -p "$OUT/eval"
+  for name in teacher $(rows | cut -f1); do
+    dir="$RUNS/$name"
+    run fsd-evaluate "$dir/checkpoint_best.pt" "$DATA" --beam 5 --out "$OUT/eval/$name.json"
+    run fsd-benchmark-score score iwslt14_de_en --text "$TEXT" --eval "$OUT/eval/$name.json" \
+      --out "$OUT/eval/$name.scores.json"
+  done
+fi
+
+if wanted table; then
+  # the teacher's BLEU in A2D's Table 1
+  run fsd-benchmark-score table iwslt14_de_en --rows "$HERE/rows.tsv" --teacher-paper-bleu 36.79 \
+    --eval "$OUT/eval" --out "$OUT/results.md"
+fi

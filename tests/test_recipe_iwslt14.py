@@ -1,0 +1,84 @@
+"""recipes/iwslt14_de_en end to end, offline: prepare.sh on a synthetic archive of the official
+layout, then run.sh --smoke (every stage at a toy size on the CPU); each stage runs exactly the
+command --dry-run printed, and the results table is written."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO
+from iwslt14_archive import write_archive
+
+pytestmark = pytest.mark.slow  # bash recipes running fairseq-train and the fsd-* commands
+
+RECIPE = os.path.join(REPO, "recipes", "iwslt14_de_en")
+
+
+def bash(script, *args):
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    proc = subprocess.run(["bash", os.path.join(RECIPE, script), *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    return proc.stdout
+
+
+def commands(output):
+    return [line for line in output.splitlines() if line.startswith("+ ")]
+
+
+def count(path):
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for _ in f)
+
+
+def test_prepare_and_smoke_run_end_to_end(tmp_path):
+    archive = write_archive(tmp_path / "de-en.tgz", pairs=230)
+    out = tmp_path / "work"
+    printed = bash("prepare.sh", "--archive", str(archive), "--out", str(out), "--no-checksum")
+    counts = json.load(open(out / "text" / "counts.json"))["lines"]
+    # 230 talk lines + 23 metadata blocks of 2 kept lines: 276 pairs, every 23rd to valid
+    assert counts["cleaned"] == {"de": 276, "en": 276}
+    assert counts["valid"] == {"de": 12, "en": 12} and counts["train"] == {"de": 264, "en": 264}
+    for split, n in (("train", 264), ("valid", 12), ("test", 14)):
+        for lang in ("de", "en"):
+            assert count(out / "text" / f"{split}.{lang}") == n
+            assert count(out / "data" / "raw" / f"{split}.{lang}") == n  # what was binarized, aligned
+    meta = json.load(open(out / "data" / "bin" / "fairseq_distill.json"))
+    assert meta["bpe"] == "subword_nmt" and meta["sizes"] == {"train": 264, "valid": 12, "test": 14}
+    assert "[prepare] done in" in printed
+
+    planned = commands(bash("run.sh", "--smoke", "--dry-run", "--out", str(out)))
+    assert not (out / "runs").exists()  # --dry-run ran nothing
+    ran = bash("run.sh", "--smoke", "--out", str(out))
+    assert commands(ran) == planned  # each stage ran exactly what --dry-run printed
+    rows = [line.split("\t")[0] for line in open(os.path.join(RECIPE, "rows.tsv"), encoding="utf-8")
+            if line.strip() and not line.startswith("#")]
+    trainings = [c for c in planned if c.startswith("+ fairseq-train")]
+    assert len(trainings) == 1 + len(rows)  # the teacher and every row
+    assert any("--teacher-cache" in c for c in trainings) and any(f"{out}/seqkd " in c for c in trainings)
+
+    table = json.load(open(out / "results.json"))
+    assert [r["name"] for r in table["rows"]] == ["teacher"] + rows
+    assert all(r["measured"] and r["measured"]["sentences"] == 14 for r in table["rows"])
+    markdown = open(out / "results.md", encoding="utf-8").read()
+    assert "not yet measured" not in markdown and "| a2d-3 | 3+3 | 4 | original | a2d | `--a2d-weight 1.0` | 37.17 |" in markdown
+    assert "Paper BLEU form: A2D's: sacreBLEU (default tokenizer)" in markdown
+
+    again = bash("run.sh", "--smoke", "--out", str(out), "--stage", "students")
+    assert not any(c.startswith("+ fairseq-train") for c in commands(again))  # finished rows are kept
+    assert "[students] a2d-2 done" in again
+
+
+def test_recipe_options_are_checked():
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    for args, message in ((["--stage", "teachers"], "unknown --stage 'teachers'; valid: teacher cache seqkd"),
+                          (["--gpus", "two"], "--gpus must be a number of GPUs"),
+                          (["--frobnicate"], "unknown option '--frobnicate'")):
+        proc = subprocess.run(["bash", os.path.join(RECIPE, "run.sh"), *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+        assert proc.returncode == 2 and message in proc.stdout, proc.stdout
+    proc = subprocess.run(["bash", os.path.join(RECIPE, "prepare.sh"), "--archive", "/nonexistent.tgz"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+    assert proc.returncode == 1 and "--archive /nonexistent.tgz does not exist" in proc.stdout

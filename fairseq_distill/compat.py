@@ -10,6 +10,9 @@ Everything version-dependent lives here, so the rest of the plugin reads as plai
    torch's public allow-list; importing the plugin (``--user-dir fairseq_distill``) is
    enough for every fairseq tool. Checkpoints exported by
    :mod:`fairseq_distill.deploy.checkpoint` contain no Namespace at all and need nothing.
+   Likewise numpy arrays and scalars: ``fairseq-train --eval-bleu`` keeps its BLEU statistics
+   as numpy arrays in the checkpoint's meters; we allow what rebuilds a numpy array or scalar
+   (no code beyond numpy's own constructors).
 2. ``fairseq.models.build_model`` gained ``from_checkpoint`` after 0.12.x; we call it
    through :func:`build_model` with whatever the installed build accepts.
 3. fairseq 0.12.2 runs the encoder layers of a model loaded from a checkpoint, in eval mode,
@@ -31,10 +34,21 @@ import torch
 from omegaconf import OmegaConf
 
 
+def numpy_globals():
+    """What pickles of numpy arrays and scalars name, in numpy 1.x (``numpy.core``) or 2.x."""
+    import numpy as np
+
+    multiarray = getattr(getattr(np, "_core", None), "multiarray", None) or np.core.multiarray
+    dtypes = getattr(np, "dtypes", None)  # numpy >= 1.25: one class per dtype
+    classes = [type(np.dtype(t)) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
+                                             np.float16, np.float32, np.float64)] if dtypes else []
+    return [multiarray._reconstruct, multiarray.scalar, np.ndarray, np.dtype, *classes]
+
+
 def allow_namespace_in_checkpoints():
     add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
     if add_safe_globals is not None:  # torch < 2.4 loads everything anyway
-        add_safe_globals([argparse.Namespace])
+        add_safe_globals([argparse.Namespace, *numpy_globals()])
 
 
 allow_namespace_in_checkpoints()

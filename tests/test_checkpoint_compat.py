@@ -126,3 +126,20 @@ def test_checkpoint_keys_from_before_the_term_registry_load(tmp_path):
         assert new_key in ours
         for key, value in old.items():
             assert torch.equal(ours[f"terms.{criterion}." + key.split(".", 2)[2]], value), key
+
+
+def test_checkpoint_with_validation_bleu_meters_loads_under_weights_only(tmp_path):
+    """fairseq-train --eval-bleu keeps its BLEU statistics as numpy arrays in the checkpoint's
+    meters (found by the IWSLT'14 recipe: fsd-cache-teacher could not read such a teacher on
+    torch >= 2.6). Loading the plugin lets torch's restricted unpickler read them."""
+    import numpy as np
+
+    import fairseq_distill  # noqa: F401  (what --user-dir does)
+
+    state = {"model": {"w": torch.zeros(2)}, "extra_state": {"metrics": {
+        "_bleu_counts": np.array([10, 5, 2, 1]), "_bleu_totals": np.array([12.0, 11.0, 10.0, 9.0]),
+        "best_bleu": np.float64(12.5)}}}
+    torch.save(state, tmp_path / "checkpoint_best.pt")
+    loaded = torch.load(tmp_path / "checkpoint_best.pt", weights_only=True)
+    assert loaded["extra_state"]["metrics"]["_bleu_counts"].tolist() == [10, 5, 2, 1]
+    assert float(loaded["extra_state"]["metrics"]["best_bleu"]) == 12.5

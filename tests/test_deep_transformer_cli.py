@@ -116,6 +116,31 @@ def test_extracted_student_is_the_teacher_restricted_to_kept_layers(tiny_data, g
     assert losses(out)[0] < losses(scratch)[0] - 0.3, (losses(out), losses(scratch))
 
 
+def test_student_from_a_skipping_teacher_drops_its_keep_probability_scaling(tiny_data, gpkd_teacher, tmp_path):
+    """Issue 31.6, as documented in docs/methods/deep_models.md: a teacher trained with Skipping
+    Sub-Layer scales each encoder sub-layer's output by 1 - p_l at inference; its extracted layers
+    are copied unscaled, so the student computes the teacher's forward without that scaling."""
+    stage1, _ = gpkd_teacher
+    fairseq_train(tiny_data, str(tmp_path / "skip"), *DEEP, *CE, "--skip-sublayer-rate", "0.4",
+                  "--restore-file", stage1, "--reset-dataloader", "--reset-meters", "--max-update", "17")
+    teacher_path, student_path = str(tmp_path / "skip" / "checkpoint_last.pt"), str(tmp_path / "student.pt")
+    run([EXTRACT, teacher_path, student_path, "--keep", "all"])
+    assert torch.load(student_path, map_location="cpu", weights_only=True)["cfg"]["model"]["skip_sublayer_rate"] == 0.0
+
+    _, task, _ = build(tiny_data)
+    teacher, student = load(teacher_path, task), load(student_path, task)
+    assert any(max(layer.skip_probs) > 0 for layer in teacher.encoder.layers)
+    sample = first_batch(task, "valid")
+    with torch.no_grad():
+        scaled = teacher(**sample["net_input"])[0]
+        for layer in teacher.encoder.layers:
+            layer.skip_probs = (0.0, 0.0)
+        unscaled = teacher(**sample["net_input"])[0]
+        got = student(**sample["net_input"])[0]
+    assert torch.equal(got, unscaled)
+    assert not torch.allclose(got, scaled, atol=1e-3)
+
+
 def test_extraction_keep_rules(tiny_data, gpkd_teacher, tmp_path):
     teacher_path, _ = gpkd_teacher
     out = run([EXTRACT, teacher_path, str(tmp_path / "b.pt"), "--keep", "bottom",

@@ -187,3 +187,34 @@ def test_a_source_longer_than_the_teacher_accepts_is_named():
                                            r"than the teacher's source positions \(3\); 2 such sentence\(s\), the "
                                            r"longest 2 with 5"):
         check_source_lengths(["a b", "c d e", "f g h i"], "data-bin", "train", 3, "the teacher's source positions")
+
+
+def test_chrf_with_the_reference_analysed_once_is_sacrebleus_sentence_score():
+    from sacrebleu.metrics import CHRF
+
+    from fairseq_distill.seqkd.selection import chrf_scores
+
+    ref = "Zwei junge Männer stehen draußen, nahe vieler Büsche."
+    hyps = ["Zwei junge Männer stehen draußen nahe vieler Büsche .", "", "Zwei Männer.", ref, "ÄÖÜ ß — «x»", " "]
+    assert chrf_scores(hyps, ref) == [CHRF().sentence_score(h, [ref]).score for h in hyps]
+
+
+def test_selection_split_over_workers_chooses_as_one_process():
+    import random
+
+    from fairseq_distill.seqkd.selection import CHUNK
+
+    rng = random.Random(7)
+    words = "a man in a blue shirt stands on the street next to two dogs".split()
+
+    def sentence():
+        return " ".join(rng.choice(words) for _ in range(rng.randint(3, 9)))
+
+    n = CHUNK * 2 + 17  # three chunks, the last one short
+    nbest = [[sentence() for _ in range(3)] for _ in range(n)]
+    refs = [sentence() if i % 5 else None for i in range(n)]  # every fifth has no reference
+    done = []
+    one = select_hypotheses(nbest, refs, "chrf", workers=1)
+    two = select_hypotheses(nbest, refs, "chrf", progress=done.append, workers=2)
+    assert one == two and len(one) == n and sum(done) == n
+    assert all(one[i] == 0 for i in range(0, n, 5)) and any(one)

@@ -60,6 +60,15 @@ def load_side(data_bin, subset, src, tgt, lang):
     return [dictionary.string(dataset[i]) for i in range(len(dataset))]
 
 
+def count_side(data_bin, subset, src, tgt, lang) -> int:
+    """The number of sentences of a binarized side, without decoding them."""
+    prefix = os.path.join(data_bin, f"{subset}.{src}-{tgt}.{lang}")
+    dataset = data_utils.load_indexed_dataset(prefix, None)
+    if dataset is None:
+        raise DistillError(f"no binarized '{subset}' data for '{lang}' at {prefix}.bin/.idx")
+    return len(dataset)
+
+
 def shard_path(work, shard_id, num_shards):
     return os.path.join(work, f"shard{shard_id}-of-{num_shards}.jsonl")
 

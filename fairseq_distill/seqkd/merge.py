@@ -13,7 +13,7 @@ from fairseq_distill.errors import DistillError
 from fairseq_distill.evaluation.generate import progress_bar
 from fairseq_distill.seqkd.selection import select_hypotheses
 from fairseq_distill.text.segmentation import META_FILE, Segmenter, load_meta
-from fairseq_distill.seqkd.inputs import Inputs, load_side, shard_path
+from fairseq_distill.seqkd.inputs import Inputs, count_side, load_side, shard_path
 
 
 def read_shards(args):
@@ -134,7 +134,7 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None):
         "--workers", "1",
     ], check=True, stdout=subprocess.DEVNULL)
     # binarized train must hold exactly the kept pairs
-    written = len(load_side(args.out, "train", src, tgt, tgt))
+    written = count_side(args.out, "train", src, tgt, tgt)
     if written != len(keep):
         raise DistillError(f"binarized {written} pairs but wrote {len(keep)}")
     copy_other_splits(args.data, args.out, n_train=len(keep), source=args.source)

@@ -221,3 +221,13 @@ def test_data_prepared_before_max_length_existed_is_reused_when_no_pair_is_longe
     assert "[prepare] reusing" in run(prepare_corpus_argv(raw, out, "--vocab-size", "100")).stdout
     proc = run(prepare_corpus_argv(raw, out, "--vocab-size", "100", "--max-length", "5"), check=False)
     assert proc.returncode == 1 and "--max-length: prepared with None, now 5" in proc.stdout
+
+
+def test_the_user_dir_handed_to_fairseq_tools_is_the_plugin_root():
+    """fairseq-generate runs with ``--user-dir PACKAGE_DIR``: it must be the package itself (its
+    tasks, models and checkpoint shims), not the sub-package the code lives in."""
+    import fairseq_distill
+    from fairseq_distill.evaluation.generate import PACKAGE_DIR
+
+    assert PACKAGE_DIR == os.path.dirname(os.path.abspath(fairseq_distill.__file__))
+    assert os.path.isdir(os.path.join(PACKAGE_DIR, "tasks")) and os.path.isdir(os.path.join(PACKAGE_DIR, "models"))

@@ -16,7 +16,8 @@ from typing import Dict, List, Optional
 import torch
 from tqdm import tqdm
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))  # the plugin, for --user-dir
+# the plugin's root, for --user-dir (this module sits in its evaluation/ sub-package)
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEED_LINE = re.compile(
     r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s "
     r"\(([\d.]+) sentences/s, ([\d.]+) tokens/s\)"

@@ -132,3 +132,12 @@ def test_a_failing_fairseq_preprocess_is_named_with_its_log(tmp_path):
     message = str(raised.value)
     assert message.startswith("fairseq-preprocess failed (exit status 1); the last lines of its log " + str(log))
     assert "No such file or directory" in message and "no-such-dir" in message
+
+
+def test_a_failing_fairseq_generate_is_one_clear_error(tiny_data, tmp_path):
+    from fairseq_distill.errors import DistillError
+    from fairseq_distill.evaluation.generate import run_generate
+
+    with pytest.raises(DistillError, match=r"fairseq-generate failed \(exit 1\); its last lines:\n") as raised:
+        run_generate(tiny_data, str(tmp_path / "missing.pt"), "test", [], log_path=str(tmp_path / "gen.log"))
+    assert f"full log: {tmp_path / 'gen.log'}" in str(raised.value)

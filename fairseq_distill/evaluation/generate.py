@@ -16,6 +16,8 @@ from typing import Dict, List, Optional
 import torch
 from tqdm import tqdm
 
+from fairseq_distill.errors import DistillError
+
 # the plugin's root, for --user-dir (this module sits in its evaluation/ sub-package)
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEED_LINE = re.compile(
@@ -112,8 +114,8 @@ def run_generate(
         bar.close()
         if log:
             log.close()
-    if code != 0:
-        raise RuntimeError(
+    if code != 0:  # a bad checkpoint, data or option: said in one message, no traceback of ours
+        raise DistillError(
             f"fairseq-generate failed (exit {code}); its last lines:\n" + "\n".join(tail)
             + (f"\nfull log: {log_path}" if log_path else "")
         )

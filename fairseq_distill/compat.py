@@ -26,12 +26,20 @@ Everything version-dependent lives here, so the rest of the plugin reads as plai
    as our models' own) when given an ``argparse.Namespace``, but drops them from a
    ``DictConfig``, the form a checkpoint's stored options take when loaded;
    :func:`legacy_model_args` hands our models a Namespace either way.
+5. fairseq 0.12 turns ``--bf16`` into ``--tpu`` as well (its ``parse_args_and_arch``; fairseq
+   issue #4696), so ``fairseq-train --bf16`` on a CUDA GPU asks for an XLA device and fails.
+   Where ``torch_xla`` is not installed no TPU can be meant: :func:`bf16_without_tpu` keeps
+   bf16 and drops the TPU, applied to every fairseq command's config as it starts
+   (``fairseq.distributed.utils.call_main``, which all of them go through after parsing; the
+   plugin is imported during parsing, too late to change the parser) and by
+   :mod:`fairseq_distill.trainer_setup`.
 """
 import argparse
+import importlib.util
 import inspect
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 
 def numpy_globals():
@@ -82,3 +90,29 @@ def legacy_model_args(args):
     if OmegaConf.is_config(args):
         return argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
     return args
+
+
+def bf16_without_tpu(cfg):
+    """``cfg`` with ``common.tpu`` off when fairseq set it only because of ``--bf16`` (see 5. above)."""
+    common = cfg.common
+    if getattr(common, "bf16", False) and getattr(common, "tpu", False) and importlib.util.find_spec("torch_xla") is None:
+        with open_dict(cfg):
+            common.tpu = False
+    return cfg
+
+
+def keep_bf16_off_tpu():
+    from fairseq.distributed import utils as distributed_utils
+
+    original = distributed_utils.call_main
+    if getattr(original, "bf16_without_tpu", False):
+        return
+
+    def call_main(cfg, main, **kwargs):
+        return original(bf16_without_tpu(cfg), main, **kwargs)
+
+    call_main.bf16_without_tpu = True
+    distributed_utils.call_main = call_main
+
+
+keep_bf16_off_tpu()

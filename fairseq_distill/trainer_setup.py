@@ -11,9 +11,11 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 def training_config(argv: Sequence[str]):
     """fairseq-train's argv (data directory first, no program name) -> its omegaconf config.
     ``--user-dir`` is imported while parsing, as in fairseq-train."""
+    from fairseq_distill.compat import bf16_without_tpu
+
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, list(argv))
-    return convert_namespace_to_omegaconf(args)
+    return bf16_without_tpu(convert_namespace_to_omegaconf(args))
 
 
 def build_task_and_model(argv: Sequence[str]):

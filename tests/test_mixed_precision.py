@@ -84,3 +84,23 @@ def test_teacher_follows_the_students_dtype(dtype):
     ensemble = TeacherEnsemble([teacher], ["t.pt"])
     ensemble._follow(torch.zeros(1, dtype=dtype))
     assert all(p.dtype == dtype for p in ensemble.parameters())
+
+
+def test_bf16_does_not_ask_for_a_tpu_without_torch_xla(tiny_data):
+    """fairseq 0.12 sets --tpu with --bf16 (fairseq issue #4696): on a CUDA machine fairseq-train
+    would ask for an XLA device. With the plugin loaded, every fairseq command's config keeps bf16
+    and drops the TPU when torch_xla is absent; an explicit TPU setup (torch_xla present) is left alone."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.distributed import utils as distributed_utils
+
+    from helpers import PACKAGE_DIR
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [tiny_data, "--user-dir", PACKAGE_DIR, "--arch", "transformer",
+                                                "--bf16", "--cpu"])
+    cfg = convert_namespace_to_omegaconf(args)
+    assert cfg.common.bf16 and cfg.common.tpu  # what fairseq itself makes of --bf16
+    seen = []
+    distributed_utils.call_main(cfg, lambda c, **kwargs: seen.append(c))  # as fairseq-train starts
+    assert seen[0].common.bf16 and not seen[0].common.tpu

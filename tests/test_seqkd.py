@@ -42,7 +42,9 @@ def test_merge_restores_corpus_order(tiny_data, corpus, tmp_path):
     src, _, hyps = corpus
     work, out = str(tmp_path / "work"), str(tmp_path / "out")
     write_shards(work, hyps)
-    merge(tiny_data, work, out)
+    printed = merge(tiny_data, work, out).stdout
+    assert "Namespace(" not in printed  # fairseq-preprocess's output goes to its log
+    assert "Namespace(" in open(os.path.join(work, "preprocess.log"), encoding="utf-8").read()
     assert load_side(out, "train", "de", "en", "en") == hyps
     assert load_side(out, "train", "de", "en", "de") == src
     summary = json.load(open(os.path.join(out, "seqkd_summary.json")))

@@ -126,13 +126,18 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None):
         for i in keep:
             fs.write(sources[i] + "\n")
             ft.write(targets[i] + "\n")
-    subprocess.run([
-        sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
-        "--trainpref", text_prefix, "--destdir", args.out,
-        "--srcdict", os.path.join(args.data, f"dict.{src}.txt"),
-        "--tgtdict", os.path.join(args.data, f"dict.{tgt}.txt"),
-        "--workers", "1",
-    ], check=True, stdout=subprocess.DEVNULL)
+    log_path = os.path.join(args.work, "preprocess.log")  # its options and counts, not the terminal's
+    with open(log_path, "w", encoding="utf-8") as log:
+        code = subprocess.run([
+            sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
+            "--trainpref", text_prefix, "--destdir", args.out,
+            "--srcdict", os.path.join(args.data, f"dict.{src}.txt"),
+            "--tgtdict", os.path.join(args.data, f"dict.{tgt}.txt"),
+            "--workers", "1",
+        ], stdout=log, stderr=subprocess.STDOUT).returncode
+    if code:
+        raise DistillError(f"fairseq-preprocess failed (exit status {code}) binarizing the seq-KD data; "
+                           f"its log: {log_path}")
     # binarized train must hold exactly the kept pairs
     written = count_side(args.out, "train", src, tgt, tgt)
     if written != len(keep):

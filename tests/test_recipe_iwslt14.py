@@ -49,12 +49,22 @@ def test_prepare_and_smoke_run_end_to_end(tmp_path):
     assert meta["bpe"] == "subword_nmt" and meta["sizes"] == {"train": 264, "valid": 12, "test": 14}
     assert "[prepare] done in" in printed
 
-    planned = commands(bash("run.sh", "--smoke", "--dry-run", "--out", str(out)))
+    # every row's command at a dry run; a few rows run, one per data and criterion path: the
+    # teacher cache (word-level KD), the seq-KD data, layer KD and attention KD
+    every = commands(bash("run.sh", "--smoke", "--dry-run", "--out", str(out)))
+    rows_file = tmp_path / "rows.tsv"
+    with open(os.path.join(RECIPE, "rows.tsv"), encoding="utf-8") as f:
+        lines = [line for line in f if line.startswith(("word-kd-3\t", "seq-kd-3\t", "ckd-sc-2\t", "a2d-3-released\t"))]
+    rows_file.write_text("".join(lines), encoding="utf-8")
+    rows = [line.split("\t")[0] for line in lines]
+    planned = commands(bash("run.sh", "--smoke", "--dry-run", "--out", str(out), "--rows", str(rows_file)))
+    assert {c for c in planned if "fsd-benchmark-score table" not in c} <= set(every) and len(rows) == 4
+    all_rows = [line for line in open(os.path.join(RECIPE, "rows.tsv"), encoding="utf-8")
+                if line.strip() and not line.startswith("#")]
+    assert len([c for c in every if c.startswith("+ fairseq-train")]) == 1 + len(all_rows) == 12
     assert not (out / "runs").exists()  # --dry-run ran nothing
-    ran = bash("run.sh", "--smoke", "--out", str(out))
+    ran = bash("run.sh", "--smoke", "--out", str(out), "--rows", str(rows_file))
     assert commands(ran) == planned  # each stage ran exactly what --dry-run printed
-    rows = [line.split("\t")[0] for line in open(os.path.join(RECIPE, "rows.tsv"), encoding="utf-8")
-            if line.strip() and not line.startswith("#")]
     trainings = [c for c in planned if c.startswith("+ fairseq-train")]
     assert len(trainings) == 1 + len(rows)  # the teacher and every row
     assert any("--teacher-cache" in c for c in trainings) and any(f"{out}/seqkd " in c for c in trainings)
@@ -63,12 +73,13 @@ def test_prepare_and_smoke_run_end_to_end(tmp_path):
     assert [r["name"] for r in table["rows"]] == ["teacher"] + rows
     assert all(r["measured"] and r["measured"]["sentences"] == 14 for r in table["rows"])
     markdown = open(out / "results.md", encoding="utf-8").read()
-    assert "not yet measured" not in markdown and "| a2d-3 | 3+3 | 4 | original | a2d | `--a2d-weight 1.0` | 37.17 |" in markdown
+    assert "not yet measured" not in markdown
+    assert "| a2d-3-released | 3+3 | 4 | original | a2d | `--a2d-released` | 37.17 |" in markdown
     assert "Paper BLEU form: A2D's: sacreBLEU (default tokenizer)" in markdown
 
-    again = bash("run.sh", "--smoke", "--out", str(out), "--stage", "students")
+    again = bash("run.sh", "--smoke", "--out", str(out), "--stage", "students", "--rows", str(rows_file))
     assert not any(c.startswith("+ fairseq-train") for c in commands(again))  # finished rows are kept
-    assert "[students] a2d-2 done" in again
+    assert "[students] ckd-sc-2 done" in again
 
 
 def test_recipe_options_are_checked():

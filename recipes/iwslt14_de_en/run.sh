@@ -3,7 +3,7 @@
 # and the plugin, evaluated in the paper's BLEU form and with sacreBLEU; results.md compares them with
 # the paper's numbers. Run prepare.sh first (same --out).
 #
-#   recipes/iwslt14_de_en/run.sh [--out DIR] [--gpus N] [--no-fp16] [--stage NAME] [--dry-run] [--smoke]
+#   recipes/iwslt14_de_en/run.sh [--out DIR] [--gpus N] [--no-fp16] [--stage NAME] [--rows FILE] [--dry-run] [--smoke]
 #
 # Stages, in order, each skipped when done (a rerun resumes an interrupted training):
 #   teacher   transformer_iwslt_de_en (6+6, 512, FFN 1024, 4 heads), the authors' training settings
@@ -14,7 +14,8 @@
 #   table     OUT/results.md and OUT/results.json
 # --gpus N trains data-parallel on N GPUs (fairseq's own), with --fp16 unless --no-fp16; without a GPU
 # it runs on the CPU. --smoke: every stage at a toy size on the CPU (tiny models, a few updates), to
-# test the pipeline. --dry-run prints every command with its flags and runs nothing.
+# test the pipeline. --dry-run prints every command with its flags and runs nothing. --rows FILE: other
+# rows than rows.tsv (the same columns), e.g. a few of them.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
@@ -24,6 +25,7 @@ FP16=1
 STAGE=all
 DRY_RUN=0
 SMOKE=0
+ROWS="$HERE/rows.tsv"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT="$2"; shift 2 ;;
@@ -32,8 +34,9 @@ while [ $# -gt 0 ]; do
     --stage) STAGE="$2"; shift 2 ;;
     --dry-run) DRY_RUN=1; shift ;;
     --smoke) SMOKE=1; shift ;;
+    --rows) ROWS="$2"; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "run.sh: unknown option '$1'; valid: --out DIR, --gpus N, --no-fp16, --stage NAME, --dry-run, --smoke" >&2
+    *) echo "run.sh: unknown option '$1'; valid: --out DIR, --gpus N, --no-fp16, --stage NAME, --rows FILE, --dry-run, --smoke" >&2
        exit 2 ;;
   esac
 done
@@ -42,6 +45,7 @@ case " $STAGES all " in
   *" $STAGE "*) ;;
   *) echo "run.sh: unknown --stage '$STAGE'; valid: $STAGES (or all)" >&2; exit 2 ;;
 esac
+if [ ! -f "$ROWS" ]; then echo "run.sh: --rows $ROWS does not exist" >&2; exit 2; fi
 case "$GPUS" in
   ''|*[!0-9]*) echo "run.sh: --gpus must be a number of GPUs (0: the CPU), got '$GPUS'" >&2; exit 2 ;;
 esac
@@ -111,7 +115,7 @@ if wanted seqkd; then
   fi
 fi
 
-rows() { grep -v '^#' "$HERE/rows.tsv" | grep -v '^$'; }
+rows() { grep -v '^#' "$ROWS" | grep -v '^$'; }
 
 if wanted students; then
   while IFS=$'\t' read -r name layers data criterion options heads paper; do
@@ -144,6 +148,6 @@ fi
 
 if wanted table; then
   # the teacher's BLEU in A2D's Table 1
-  run fsd-benchmark-score table iwslt14_de_en --rows "$HERE/rows.tsv" --teacher-paper-bleu 36.79 \
+  run fsd-benchmark-score table iwslt14_de_en --rows "$ROWS" --teacher-paper-bleu 36.79 \
     --eval "$OUT/eval" --out "$OUT/results.md"
 fi

@@ -14,7 +14,7 @@ import os
 from fairseq_distill.cli.common import run_cli
 from fairseq_distill.errors import DistillError
 
-CORPORA = ("iwslt14_de_en",)
+CORPORA = ("iwslt14_de_en", "wmt14_en_de", "wmt16_en_de")
 
 
 def score(args):

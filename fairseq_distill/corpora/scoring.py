@@ -4,13 +4,20 @@
   numbers), sacreBLEU with its default tokenizer on the protocol's tokenised, lowercased text
   after BPE removal, which is what ``fairseq-generate --scoring sacrebleu`` computes in the
   authors' test script;
+* for WMT en-de (GPKD's form, and the Vaswani et al. form A2D defers to): case-sensitive
+  tokenised BLEU with compound splitting, as tensor2tensor's ``get_ende_bleu.sh`` and fairseq's
+  ``compound_split_bleu.sh`` compute it with ``multi-bleu.perl`` (no smoothing): both sides
+  Moses-tokenised, every ``X-Y`` written ``X ##AT##-##AT## Y``;
 * sacreBLEU with its signature, and chrF: the hypotheses Moses-detokenised (XML entities
-  unescaped) against the untokenised references, case-insensitive where the protocol lowercases.
+  unescaped) against the untokenised references, case-insensitive where the protocol lowercases
+  (where the protocol's text is not tokenised, as in ``wmt14_en_de``, the hypotheses are scored
+  as they are, and Moses-tokenised for the paper's form).
 
 The hypotheses are those ``fsd-evaluate`` writes (subword segmentation undone, so in the
 protocol's tokenised form).
 """
 import os
+import re
 from typing import Dict, List
 
 from sacrebleu.metrics import BLEU, CHRF
@@ -23,7 +30,24 @@ PROTOCOLS = {
     "iwslt14_de_en": {"target": "en", "lowercased": True,
                       "paper_bleu": "A2D's: sacreBLEU (default tokenizer) on the protocol's tokenised, lowercased "
                                     "text after BPE removal, as fairseq-generate --scoring sacrebleu"},
+    # "tokenised": whether the protocol's text (so fsd-evaluate's output) is Moses-tokenised
+    # (default True); "compound_split": the paper's form splits hyphenated compounds (default False)
+    "wmt14_en_de": {"target": "de", "lowercased": False, "tokenised": False, "compound_split": True,
+                    "paper_bleu": "Vaswani et al.'s (A2D defers to it; CKD reports sacreBLEU): case-sensitive "
+                                  "tokenised BLEU with compound splitting, hypotheses and references "
+                                  "Moses-tokenised, as tensor2tensor's get_ende_bleu.sh"},
+    "wmt16_en_de": {"target": "de", "lowercased": False, "tokenised": True, "compound_split": True,
+                    "paper_bleu": "GPKD's: case-sensitive tokenised BLEU with compound splitting on the "
+                                  "protocol's Moses-tokenised text, as multi-bleu.perl after compound_split_bleu.sh"},
 }
+
+COMPOUND = re.compile(r"(\S)-(\S)")
+
+
+def compound_split(lines: List[str]) -> List[str]:
+    """``perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g'``, match for match: matches do not
+    overlap, so in ``a-b-c`` only the first hyphen is split, as in the perl one-liner."""
+    return [COMPOUND.sub(r"\1 ##AT##-##AT## \2", line) for line in lines]
 
 
 def detokenize(lines: List[str], lang: str) -> List[str]:
@@ -49,9 +73,17 @@ def recipe_scores(corpus: str, text_dir: str, hypotheses_path: str) -> Dict[str,
     paper = BLEU()
     sacre = BLEU(lowercase=protocol["lowercased"])
     chrf = CHRF(lowercase=protocol["lowercased"])
-    detok = detokenize(hyps, lang)
+    if protocol.get("tokenised", True):
+        detok, paper_hyps, paper_refs = detokenize(hyps, lang), hyps, tokenised
+    else:
+        from fairseq_distill.corpora.moses import tokenize
+
+        detok, paper_hyps, paper_refs = hyps, tokenize(hyps, lang), tokenize(original, lang)
+    if protocol.get("compound_split", False):
+        paper = BLEU(tokenize="none", smooth_method="none", force=True)  # multi-bleu.perl's form
+        paper_hyps, paper_refs = compound_split(paper_hyps), compound_split(paper_refs)
     return {
-        "paper_bleu": round(paper.corpus_score(hyps, [tokenised]).score, 2),
+        "paper_bleu": round(paper.corpus_score(paper_hyps, [paper_refs]).score, 2),
         "paper_bleu_form": protocol["paper_bleu"],
         "paper_bleu_signature": str(paper.get_signature()),
         "sacrebleu": round(sacre.corpus_score(detok, [original]).score, 2),

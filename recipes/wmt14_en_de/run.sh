@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# WMT'14 En->De: the 12-layer (6+6) teacher and the 4-layer (2+2) students of A2D's Table 2 and CKD's
+# large-data Table 3 (rows.tsv), trained with fairseq-train and the plugin, evaluated in the
+# Vaswani et al. BLEU form (tokenised, compound-split) and with sacreBLEU and chrF; results.md
+# compares them with the papers' numbers. Run prepare.sh first (same --out).
+#
+#   recipes/wmt14_en_de/run.sh [--out DIR] [--gpus N] [--no-fp16] [--stage NAME] [--dry-run] [--smoke]
+#
+# Stages, in order, each skipped when done (a rerun resumes an interrupted training):
+#   teacher   transformer_wmt_en_de (6+6, 512, FFN 2048, 8 heads), Vaswani et al.'s base settings
+#   students  every row of rows.tsv: 2+2 students with no KD, PKD, CKD (rc, oc) and A2D
+#   evaluate  beam 4, length penalty 0.6 on newstest2014: fsd-evaluate, then both BLEU forms and chrF
+#   table     OUT/results.md and OUT/results.json
+# --gpus N trains data-parallel on N GPUs (fairseq's own), with --fp16 unless --no-fp16; without a GPU
+# it runs on the CPU. --smoke: every stage at a toy size on the CPU (tiny models, a few updates), to
+# test the pipeline. --dry-run prints every command with its flags and runs nothing.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+OUT=work/wmt14_en_de
+GPUS=0
+FP16=1
+STAGE=all
+DRY_RUN=0
+SMOKE=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) OUT="$2"; shift 2 ;;
+    --gpus) GPUS="$2"; shift 2 ;;
+    --no-fp16) FP16=0; shift ;;
+    --stage) STAGE="$2"; shift 2 ;;
+    --dry-run) DRY_RUN=1; shift ;;
+    --smoke) SMOKE=1; shift ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown option '$1'; valid: --out DIR, --gpus N, --no-fp16, --stage NAME, --dry-run, --smoke" >&2
+       exit 2 ;;
+  esac
+done
+STAGES="teacher students evaluate table"
+case " $STAGES all " in
+  *" $STAGE "*) ;;
+  *) echo "run.sh: unknown --stage '$STAGE'; valid: $STAGES (or all)" >&2; exit 2 ;;
+esac
+case "$GPUS" in
+  ''|*[!0-9]*) echo "run.sh: --gpus must be a number of GPUs (0: the CPU), got '$GPUS'" >&2; exit 2 ;;
+esac
+
+DATA="$OUT/data/bin"
+TEXT="$OUT/text"
+RUNS="$OUT/runs"
+TEACHER="$RUNS/teacher/checkpoint_last.pt"
+PLUGIN="$(python -c 'import fairseq_distill, os; print(os.path.dirname(fairseq_distill.__file__))' 2>/dev/null || echo fairseq_distill)"
+if [ "$DRY_RUN" = 0 ] && [ ! -f "$DATA/fairseq_distill.json" ]; then
+  echo "run.sh: no prepared data in $DATA: run recipes/wmt14_en_de/prepare.sh --out $OUT first" >&2
+  exit 1
+fi
+
+# Vaswani et al. (2017)'s base settings, which CKD ("identical to those of Vaswani et al.") and A2D
+# ("set identically with Vaswani et al.") defer to: shared embeddings, Adam (0.9, 0.98, eps 1e-9), the
+# inverse square root schedule with 4000 warm-up updates peaking at 512^-0.5 * 4000^-0.5 = 7e-4,
+# dropout 0.1, label smoothing 0.1, about 25,000 tokens a batch (3,584 a GPU times --update-freq),
+# 100,000 updates. The last checkpoint is evaluated (Vaswani et al. average the last five: the last
+# five epochs' checkpoints are kept for that; the plugin has no averaging tool).
+G=$(( GPUS > 0 ? GPUS : 1 ))
+UPDATE_FREQ=$(( (25000 + 3584 * G - 1) / (3584 * G) ))
+TRAIN=(--share-all-embeddings --optimizer adam --adam-betas "(0.9, 0.98)" --adam-eps 1e-09 --clip-norm 0.0
+       --lr 0.0007 --lr-scheduler inverse_sqrt --warmup-updates 4000 --warmup-init-lr 1e-07 --dropout 0.1
+       --weight-decay 0.0 --label-smoothing 0.1 --max-tokens 3584 --update-freq "$UPDATE_FREQ"
+       --max-update 100000 --keep-last-epochs 5 --log-format simple --log-interval 100)
+ARCH=(--arch transformer_wmt_en_de)
+# beam 4, length penalty 0.6, output up to the input's length + 50 (Vaswani et al.)
+DECODE=(--beam 4 --lenpen 0.6 --max-len-a 1 --max-len-b 50)
+DEVICE=()
+SMOKE_TRAIN=()
+if [ "$SMOKE" = 1 ]; then
+  # a toy size: the same stages and flags, minutes on a CPU; given last, so they win
+  SMOKE_TRAIN=(--max-update 6 --max-epoch 2 --max-tokens 1000 --update-freq 1 --warmup-updates 2)
+  ARCH+=(--encoder-embed-dim 32 --decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64)
+  DEVICE=(--cpu)
+elif [ "$GPUS" -gt 0 ]; then
+  DEVICE=(--distributed-world-size "$GPUS")
+  [ "$FP16" = 1 ] && DEVICE+=(--fp16)
+else
+  DEVICE=(--cpu)
+fi
+
+run() {  # print the command, quoted as a shell reads it; run it unless --dry-run
+  echo "+ $(printf '%q ' "$@")"
+  [ "$DRY_RUN" = 1 ] || "$@"
+}
+wanted() { [ "$STAGE" = all ] || [ "$STAGE" = "$1" ]; }
+done_marker() { [ "$DRY_RUN" = 0 ] && [ -f "$1/.done" ]; }
+finish() { [ "$DRY_RUN" = 1 ] || touch "$1/.done"; }
+
+if wanted teacher; then
+  if done_marker "$RUNS/teacher"; then echo "[teacher] done: $TEACHER"; else
+    run fairseq-train "$DATA" --user-dir "$PLUGIN" "${ARCH[@]}" --task translation \
+      --criterion label_smoothed_cross_entropy "${TRAIN[@]}" "${DEVICE[@]}" ${SMOKE_TRAIN[@]+"${SMOKE_TRAIN[@]}"} \
+      --save-dir "$RUNS/teacher"
+    finish "$RUNS/teacher"
+  fi
+fi
+
+rows() { grep -v '^#' "$HERE/rows.tsv" | grep -v '^$'; }
+
+if wanted students; then
+  while IFS=$'\t' read -r name layers data criterion options heads paper; do
+    dir="$RUNS/$name"
+    if done_marker "$dir"; then echo "[students] $name done"; continue; fi
+    task=(--task translation)
+    extra=()
+    [ "$options" = - ] || read -r -a extra <<< "$options"
+    if [ "$criterion" != label_smoothed_cross_entropy ]; then
+      task=(--task translation_distill --teacher-path "$TEACHER")
+    fi
+    run fairseq-train "$DATA" --user-dir "$PLUGIN" "${ARCH[@]}" --encoder-layers "$layers" --decoder-layers "$layers" \
+      --encoder-attention-heads "$heads" --decoder-attention-heads "$heads" "${task[@]}" --criterion "$criterion" \
+      "${TRAIN[@]}" ${extra[@]+"${extra[@]}"} "${DEVICE[@]}" ${SMOKE_TRAIN[@]+"${SMOKE_TRAIN[@]}"} \
+      --save-dir "$dir" < /dev/null
+    finish "$dir"
+  done < <(rows)
+fi
+
+if wanted evaluate; then
+  run mkdir -p "$OUT/eval"
+  for name in teacher $(rows | cut -f1); do
+    run fsd-evaluate "$RUNS/$name/checkpoint_last.pt" "$DATA" "${DECODE[@]}" --out "$OUT/eval/$name.json"
+    run fsd-benchmark-score score wmt14_en_de --text "$TEXT" --eval "$OUT/eval/$name.json" \
+      --out "$OUT/eval/$name.scores.json"
+  done
+fi
+
+if wanted table; then
+  # the teacher's BLEU: A2D's Table 2 and CKD's Table 3 (two pipelines, two numbers)
+  run fsd-benchmark-score table wmt14_en_de --rows "$HERE/rows.tsv" --teacher-paper-bleu "27.70 (A2D) / 27.03 (CKD)" \
+    --eval "$OUT/eval" --out "$OUT/results.md"
+fi

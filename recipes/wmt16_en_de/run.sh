@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# GPKD's "WMT'16" En->De (Li et al., AAAI 2021): the deep pre-norm RPR teacher (48+6) trained with
+# group permutation, Skipping Sub-Layer, sequence-level KD data, GPKD students extracted from the
+# teacher with fsd-extract-student, and the DESDAR rows (rows.tsv); evaluated in GPKD's BLEU form
+# (case-sensitive tokenised, compound-split) and with sacreBLEU and chrF; results.md compares them
+# with the paper's numbers. Run prepare.sh first (same --out).
+#
+#   recipes/wmt16_en_de/run.sh [--out DIR] [--gpus N] [--no-fp16] [--stage NAME] [--dry-run] [--smoke]
+#
+# Stages, in order, each skipped when done (a rerun resumes an interrupted training):
+#   teacher   Deep-RPR-48L: deep_transformer_48_6 (pre-norm, relative positions k = 8, 512, FFN 2048,
+#             8 heads), encoder layers permuted in groups of 8 and decoder layers in one group of 6
+#   skip      the rows continued from a trained model (continue:PARENT): Skipping Sub-Layer, phi = 0.4
+#   seqkd     each teacher's translations of the training set (fsd-seqkd, beam 4), for seqkd:PARENT rows
+#   extract   the students that start from a teacher's layers (extract:PARENT), one layer per group
+#   students  every other row of rows.tsv, from scratch or from its extracted layers
+#   evaluate  beam 4, length penalty 0.6 on newstest2014: fsd-evaluate, then both BLEU forms and chrF
+#   table     OUT/results.md and OUT/results.json
+# --gpus N trains data-parallel on N GPUs (fairseq's own), with --fp16 unless --no-fp16; without a GPU
+# it runs on the CPU. --smoke: every stage at a toy width on the CPU (a few updates), to test the
+# pipeline. --dry-run prints every command with its flags and runs nothing.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+OUT=work/wmt16_en_de
+GPUS=0
+FP16=1
+STAGE=all
+DRY_RUN=0
+SMOKE=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) OUT="$2"; shift 2 ;;
+    --gpus) GPUS="$2"; shift 2 ;;
+    --no-fp16) FP16=0; shift ;;
+    --stage) STAGE="$2"; shift 2 ;;
+    --dry-run) DRY_RUN=1; shift ;;
+    --smoke) SMOKE=1; shift ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown option '$1'; valid: --out DIR, --gpus N, --no-fp16, --stage NAME, --dry-run, --smoke" >&2
+       exit 2 ;;
+  esac
+done
+STAGES="teacher skip seqkd extract students evaluate table"
+case " $STAGES all " in
+  *" $STAGE "*) ;;
+  *) echo "run.sh: unknown --stage '$STAGE'; valid: $STAGES (or all)" >&2; exit 2 ;;
+esac
+case "$GPUS" in
+  ''|*[!0-9]*) echo "run.sh: --gpus must be a number of GPUs (0: the CPU), got '$GPUS'" >&2; exit 2 ;;
+esac
+
+DATA="$OUT/data/bin"
+TEXT="$OUT/text"
+RUNS="$OUT/runs"
+PLUGIN="$(python -c 'import fairseq_distill, os; print(os.path.dirname(fairseq_distill.__file__))' 2>/dev/null || echo fairseq_distill)"
+if [ "$DRY_RUN" = 0 ] && [ ! -f "$DATA/fairseq_distill.json" ]; then
+  echo "run.sh: no prepared data in $DATA: run recipes/wmt16_en_de/prepare.sh --out $OUT first" >&2
+  exit 1
+fi
+
+# GPKD "followed the hyper-parameters used in Wang et al. (2019)"; the values are those of the
+# authors' released scripts (group_permutation_train.sh): shared embeddings, Adam (0.9, 0.997), lr
+# 0.002, inverse square root schedule with 16,000 warm-up updates from 1e-7, dropout, attention and
+# ReLU dropout 0.1, label smoothing 0.1, no weight decay; the paper's 4,096 tokens a GPU with updates
+# every two steps on the scripts' 8 GPUs (--update-freq makes up the rest on fewer), 50K updates (the
+# paper's "Deep" budget; the same for every model here). The last checkpoint is evaluated (the paper
+# averages checkpoints: the last five epochs' are kept for that; the plugin has no averaging tool).
+G=$(( GPUS > 0 ? GPUS : 1 ))
+UPDATE_FREQ=$(( (16 + G - 1) / G ))
+TRAIN=(--share-all-embeddings --optimizer adam --adam-betas "(0.9, 0.997)" --clip-norm 0.0 --lr 0.002
+       --lr-scheduler inverse_sqrt --warmup-updates 16000 --warmup-init-lr 1e-07 --dropout 0.1
+       --attention-dropout 0.1 --activation-dropout 0.1 --weight-decay 0.0 --label-smoothing 0.1
+       --max-tokens 4096 --update-freq "$UPDATE_FREQ" --max-update 50000 --keep-last-epochs 5
+       --log-format simple --log-interval 100)
+# relative positions clipped at 8, keys only (the released code's max_relative_length, k_only)
+RPR=(--max-relative-length 8)
+TEACHER_ARCH=(--arch deep_transformer_48_6 "${RPR[@]}" --encoder-group-size 8 --decoder-group-size 6)
+# beam 4, length penalty 0.6 (the paper); output up to the input's length + 50 (Vaswani et al.)
+DECODE=(--beam 4 --lenpen 0.6 --max-len-a 1 --max-len-b 50)
+WIDTH=()
+DEVICE=()
+SMOKE_TRAIN=()
+if [ "$SMOKE" = 1 ]; then
+  # a toy width at the paper's depths: the same stages and flags, on a CPU; given last, so they win
+  SMOKE_TRAIN=(--max-update 6 --max-epoch 2 --max-tokens 1000 --update-freq 1 --warmup-updates 2 --patience 1)
+  WIDTH=(--encoder-embed-dim 16 --decoder-embed-dim 16 --encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32)
+  DEVICE=(--cpu)
+elif [ "$GPUS" -gt 0 ]; then
+  DEVICE=(--distributed-world-size "$GPUS")
+  [ "$FP16" = 1 ] && DEVICE+=(--fp16)
+else
+  DEVICE=(--cpu)
+fi
+
+run() {  # print the command, quoted as a shell reads it; run it unless --dry-run
+  echo "+ $(printf '%q ' "$@")"
+  [ "$DRY_RUN" = 1 ] || "$@"
+}
+wanted() { [ "$STAGE" = all ] || [ "$STAGE" = "$1" ]; }
+done_marker() { [ "$DRY_RUN" = 0 ] && [ -f "$1/.done" ]; }
+finish() { [ "$DRY_RUN" = 1 ] || touch "$1/.done"; }
+rows() { grep -v '^#' "$HERE/rows.tsv" | grep -v '^$'; }
+checkpoint() { echo "$RUNS/$1/checkpoint_last.pt"; }
+
+train() {  # NAME DATA_BIN ARCH_FLAGS... -- EXTRA_FLAGS...: fairseq-train, the recipe's settings, into RUNS/NAME
+  local name="$1" bin="$2"; shift 2
+  local arch=() extra=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do arch+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  extra=("$@")
+  run fairseq-train "$bin" --user-dir "$PLUGIN" "${arch[@]}" ${WIDTH[@]+"${WIDTH[@]}"} --task translation \
+    --criterion label_smoothed_cross_entropy "${TRAIN[@]}" ${extra[@]+"${extra[@]}"} "${DEVICE[@]}" \
+    ${SMOKE_TRAIN[@]+"${SMOKE_TRAIN[@]}"} --save-dir "$RUNS/$name" < /dev/null
+}
+
+# a row's options: "-" (from scratch), "continue:PARENT FLAGS" (PARENT's training continued with FLAGS)
+# or "extract:PARENT FLAGS" (fsd-extract-student FLAGS on PARENT, then trained from those layers)
+row_kind() { case "$1" in continue:*) echo continue ;; extract:*) echo extract ;; *) echo scratch ;; esac; }
+row_parent() { local first="${1%% *}"; echo "${first#*:}"; }
+row_flags() { case "$1" in *" "*) echo "${1#* }" ;; *) echo "" ;; esac; }
+shape() {  # LAYERS (E+D) HEADS: the architecture flags of a row
+  echo --arch deep_transformer "${RPR[@]}" --encoder-layers "${1%+*}" --decoder-layers "${1#*+}" \
+    --encoder-attention-heads "$2" --decoder-attention-heads "$2"
+}
+# resuming: a run with a checkpoint of its own goes on from it; else it starts from RESTORE_FLAGS
+restore() {  # NAME RESTORE_FLAGS...
+  local name="$1"; shift
+  if [ "$DRY_RUN" = 0 ] && [ -f "$RUNS/$name/checkpoint_last.pt" ]; then return; fi
+  echo "$@"
+}
+
+if wanted teacher; then
+  if done_marker "$RUNS/teacher"; then echo "[teacher] done: $(checkpoint teacher)"; else
+    train teacher "$DATA" "${TEACHER_ARCH[@]}"
+    finish "$RUNS/teacher"
+  fi
+fi
+
+# GPKD's KD is sequence-level only (its data column): every row trains with the cross-entropy
+while IFS=$'\t' read -r name layers data criterion options heads paper; do
+  if [ "$criterion" != label_smoothed_cross_entropy ]; then
+    echo "run.sh: $HERE/rows.tsv: row $name has criterion $criterion; GPKD's rows all train with" \
+         "label_smoothed_cross_entropy (its KD is the seq-KD data of the data column)" >&2
+    exit 2
+  fi
+done < <(rows)
+
+if wanted skip; then
+  while IFS=$'\t' read -r name layers data criterion options heads paper; do
+    [ "$(row_kind "$options")" = continue ] || continue
+    if done_marker "$RUNS/$name"; then echo "[skip] $name done"; continue; fi
+    parent=$(row_parent "$options")
+    read -r -a flags <<< "$(row_flags "$options")"
+    # stage 2 keeps the parent's weights, optimizer and schedule; epochs and meters start afresh
+    read -r -a from <<< "$(restore "$name" --restore-file "$(checkpoint "$parent")" --reset-dataloader --reset-meters)"
+    read -r -a arch <<< "$(shape "$layers" "$heads")"
+    train "$name" "$DATA" "${arch[@]}" -- ${flags[@]+"${flags[@]}"} ${from[@]+"${from[@]}"}
+    finish "$RUNS/$name"
+  done < <(rows)
+fi
+
+seqkd_dir() { echo "$OUT/seqkd-$1"; }
+
+if wanted seqkd; then
+  for parent in $(rows | cut -f3 | grep '^seqkd:' | sed 's/^seqkd://' | sort -u); do
+    if done_marker "$(seqkd_dir "$parent")"; then echo "[seqkd] $parent done"; continue; fi
+    run fsd-seqkd --data "$DATA" --teacher "$(checkpoint "$parent")" --out "$(seqkd_dir "$parent")" --beam 4 --lenpen 0.6
+    finish "$(seqkd_dir "$parent")"
+  done
+fi
+
+if wanted extract; then
+  while IFS=$'\t' read -r name layers data criterion options heads paper; do
+    [ "$(row_kind "$options")" = extract ] || continue
+    if [ "$DRY_RUN" = 0 ] && [ -f "$RUNS/$name/init.pt" ]; then echo "[extract] $name done"; continue; fi
+    read -r -a flags <<< "$(row_flags "$options")"
+    run mkdir -p "$RUNS/$name"
+    run fsd-extract-student "$(checkpoint "$(row_parent "$options")")" "$RUNS/$name/init.pt" ${flags[@]+"${flags[@]}"}
+  done < <(rows)
+fi
+
+if wanted students; then
+  while IFS=$'\t' read -r name layers data criterion options heads paper; do
+    kind=$(row_kind "$options")
+    [ "$kind" = continue ] && continue
+    if done_marker "$RUNS/$name"; then echo "[students] $name done"; continue; fi
+    bin="$DATA"
+    case "$data" in seqkd:*) bin=$(seqkd_dir "${data#seqkd:}") ;; esac
+    from=()
+    if [ "$kind" = extract ]; then
+      read -r -a from <<< "$(restore "$name" --restore-file "$RUNS/$name/init.pt" --reset-optimizer \
+        --reset-lr-scheduler --reset-meters --reset-dataloader)"
+    fi
+    read -r -a arch <<< "$(shape "$layers" "$heads")"
+    train "$name" "$bin" "${arch[@]}" -- ${from[@]+"${from[@]}"}
+    finish "$RUNS/$name"
+  done < <(rows)
+fi
+
+if wanted evaluate; then
+  run mkdir -p "$OUT/eval"
+  for name in teacher $(rows | cut -f1); do
+    run fsd-evaluate "$(checkpoint "$name")" "$DATA" "${DECODE[@]}" --out "$OUT/eval/$name.json"
+    run fsd-benchmark-score score wmt16_en_de --text "$TEXT" --eval "$OUT/eval/$name.json" \
+      --out "$OUT/eval/$name.scores.json"
+  done
+fi
+
+if wanted table; then
+  # the teacher's BLEU: Deep-RPR-48L in GPKD's Table 1 (checkpoints averaged; 29.19 single, Table 5)
+  run fsd-benchmark-score table wmt16_en_de --rows "$HERE/rows.tsv" --teacher-paper-bleu 30.03 \
+    --eval "$OUT/eval" --out "$OUT/results.md"
+fi

@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
     --vocab-size) MERGES="$2"; shift 2 ;;
     --workers) WORKERS="$2"; shift 2 ;;
     --dry-run) DRY_RUN=1; shift ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "prepare.sh: unknown option '$1'; valid: --out DIR, --archive DIR, --no-checksum, --vocab-size N," \
             "--workers N, --dry-run" >&2; exit 2 ;;
   esac

@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
     --stage) STAGE="$2"; shift 2 ;;
     --dry-run) DRY_RUN=1; shift ;;
     --smoke) SMOKE=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option '$1'; valid: --out DIR, --gpus N, --no-fp16, --stage NAME, --dry-run, --smoke" >&2
        exit 2 ;;
   esac

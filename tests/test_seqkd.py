@@ -113,3 +113,44 @@ def test_teacher_generation_in_two_shards(tiny_data, tiny_teacher, tmp_path):
     assert sorted(shard_ids) == list(range(N_TRAIN))  # every sentence decoded exactly once
     assert "sentences_per_second" in proc.stdout
     assert summary["decode_seconds"] > 0 and summary["backend"] == "fairseq"
+
+
+# -- a translations file as the teacher (issue 35) -------------------------------------------
+
+def seqkd_from_file(tiny_data, path, out, *extra, check=True):
+    return run(python_module("fairseq_distill.cli.seqkd", "--data", tiny_data, "--teacher-translations", str(path),
+                             "--out", str(out), *extra), check=check)
+
+
+def test_a_translations_file_is_segmented_and_binarized_like_the_corpus(tiny_data, corpus, tmp_path):
+    """The raw references given as the 'teacher's translations' come out as the corpus's own
+    binarized targets: the file's text is segmented with the corpus's subword model, in order."""
+    src, ref, _ = corpus
+    raw = open(os.path.join(os.path.dirname(tiny_data), "raw", "train.en"), encoding="utf-8").read().split("\n")[:-1]
+    translations = tmp_path / "train.hyp.en"
+    translations.write_text("\n".join(raw) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    printed = seqkd_from_file(tiny_data, translations, out).stdout
+    assert f"[seqkd] --teacher-translations: {N_TRAIN} translations from {translations}" in printed
+    assert load_side(str(out), "train", "de", "en", "en") == ref
+    assert load_side(str(out), "train", "de", "en", "de") == src
+    summary = json.load(open(out / "seqkd_summary.json"))
+    assert summary["backend"] == "translations file" and summary["kept"] == N_TRAIN
+
+
+def test_a_translations_file_with_a_missing_line_or_the_wrong_count(tiny_data, corpus, tmp_path):
+    _, ref, _ = corpus
+    lines = ["a translation"] * N_TRAIN
+    lines[3] = "   "  # blank: no translation for sentence 3
+    translations = tmp_path / "hyp.en"
+    translations.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    proc = seqkd_from_file(tiny_data, translations, tmp_path / "out", check=False)
+    assert proc.returncode != 0
+    assert "1 of 400 training sentences have no (or an empty) teacher hypothesis (first ids: [3])" in proc.stdout
+    seqkd_from_file(tiny_data, translations, tmp_path / "out2", "--on-missing", "reference")
+    assert load_side(str(tmp_path / "out2"), "train", "de", "en", "en")[3] == ref[3]
+    translations.write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
+    proc = seqkd_from_file(tiny_data, translations, tmp_path / "out3", check=False)
+    assert proc.returncode != 0 and f"has 399 lines; the 'train' set of {tiny_data} has 400 sentences" in proc.stdout
+    proc = seqkd_from_file(tiny_data, translations, tmp_path / "out4", "--nbest", "2", "--beam", "2", check=False)
+    assert "--teacher-translations gives the teacher's translations themselves: it takes no --nbest > 1" in proc.stdout

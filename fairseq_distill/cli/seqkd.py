@@ -9,6 +9,9 @@ binarized with the teacher's dictionaries into a new data directory.
     ...
     fsd-seqkd --data data-bin --work seqkd-work --num-shards 4 --merge --out data-bin-seqkd
 
+    # translations made elsewhere (an LLM, a pretrained model): one line per training sentence
+    fsd-seqkd --teacher-translations train.hyp.en --data data-bin --out data-bin-seqkd
+
     # the teacher in CTranslate2 (converted once into the work directory), 4-best lists,
     # the hypothesis closest to the reference by chrF kept, extra monolingual source translated
     fsd-seqkd --teacher teacher.pt --data data-bin --out data-bin-seqkd --backend ctranslate2 \\
@@ -40,6 +43,10 @@ def build_parser():
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--teacher", help="teacher checkpoint(s), ':'-separated for an ensemble (fairseq backend only)")
+    p.add_argument("--teacher-translations", metavar="FILE",
+                   help="instead of a teacher model: a file of its translations (e.g. an LLM's), raw text, one "
+                   "line per training sentence in corpus order; segmented with the corpus's subword model "
+                   "and merged like decoded shards (empty lines: --on-missing)")
     p.add_argument("--data", required=True, help="binarized data directory of the original corpus")
     p.add_argument("--out", help="new binarized data directory (needed unless only generating a shard)")
     p.add_argument("--work", help="directory for shard outputs, the converted teacher and the binarized "

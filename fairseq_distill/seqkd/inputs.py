@@ -18,6 +18,7 @@ class SeqKDJob:
     """What to make: the fields are fsd-seqkd's options (see its ``--help``)."""
     data: str
     teacher: Optional[str] = None  # ':'-separated for an ensemble
+    teacher_translations: Optional[str] = None  # a file of translations instead of a teacher model
     out: Optional[str] = None
     work: Optional[str] = None  # shard outputs; default OUT.work
     subset: str = "train"

@@ -63,9 +63,17 @@ def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
         args.work = args.out.rstrip("/") + ".work"
 
     inputs = None
-    if not args.merge:
+    if args.teacher_translations:
+        from fairseq_distill.seqkd.translations import check_translation_options, translations_shard
+
+        check_translation_options(args)
+        if not args.out:
+            raise DistillError("--out is required: the new data directory")
+        translations_shard(args, sources)
+        decode_seconds = None  # nothing was decoded: the one shard is merged
+    elif not args.merge:
         if not args.teacher:
-            raise DistillError("--teacher is required to generate")
+            raise DistillError("pass --teacher CHECKPOINT to decode (or --teacher-translations FILE: translations made elsewhere)")
         paths, states = read_teachers(args.teacher, args.data, src, tgt, args.allow_size_only_dictionary_check)
         from fairseq_distill.seqkd.ctranslate2_backend import max_source_positions
 

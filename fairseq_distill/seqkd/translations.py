@@ -1,0 +1,56 @@
+"""Bring-your-own translations as the seq-KD teacher (``fsd-seqkd --teacher-translations FILE``):
+a file with one translation per training sentence, in corpus order, made by any system (an
+LLM, a pretrained model, a commercial service). Its lines are raw text: they are segmented
+with the corpus's own subword model and then merged exactly like a decoded shard
+(:mod:`fairseq_distill.seqkd.merge`): counts checked, an empty line handled as
+``--on-missing`` says, ``--max-len-ratio`` applied, binarized with the student's dictionaries.
+"""
+import json
+import os
+
+from fairseq_distill.errors import DistillError
+from fairseq_distill.seqkd.inputs import shard_path
+from fairseq_distill.seqkd.monolingual import describe_source
+from fairseq_distill.text.files import read_lines
+from fairseq_distill.text.segmentation import META_FILE, Segmenter, load_meta
+
+OPTION = "--teacher-translations"
+
+
+def check_translation_options(args):
+    """What a translations file cannot be combined with, named."""
+    given = [flag for flag, on in (("--teacher", args.teacher), ("--source", args.source),
+                                   ("--merge", args.merge), ("--shard-id", args.shard_id is not None),
+                                   ("--num-shards > 1", args.num_shards > 1), ("--nbest > 1", args.nbest > 1),
+                                   ("--backend ctranslate2", args.backend == "ctranslate2"))
+             if on]
+    if given:
+        raise DistillError(f"{OPTION} gives the teacher's translations themselves: it takes no "
+                           f"{', '.join(given)} (nothing is decoded; one line per training sentence)")
+
+
+def translations_shard(args, sources) -> dict:
+    """Write the file's translations, segmented, as the job's one shard; returns its settings."""
+    if load_meta(args.data) is None:
+        raise DistillError(f"{OPTION} is segmented with the corpus's subword model, but {args.data} has no "
+                           f"{META_FILE}: prepare the data with fsd-prepare-corpus")
+    info = describe_source(args.teacher_translations)
+    lines = read_lines(args.teacher_translations, what=OPTION)
+    if len(lines) != len(sources):
+        raise DistillError(f"{OPTION} {args.teacher_translations} has {len(lines):,} lines; the '{args.subset}' "
+                           f"set of {args.data} has {len(sources):,} sentences: one translation per sentence, "
+                           f"in corpus order")
+    segmented = Segmenter.from_dir(args.data).encode_lines(lines)
+    settings = {"backend": "translations file", "teacher_translations": info, "subset": args.subset,
+                "nbest": 1, "source": None}
+    os.makedirs(args.work, exist_ok=True)
+    path = shard_path(args.work, 0, 1)
+    header = {"shard": 0, "num_shards": 1, "settings": settings, "stats": {"sentences": len(lines)}}
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(json.dumps(header, ensure_ascii=False) + "\n")
+        for i, hyp in enumerate(segmented):
+            f.write(json.dumps({"id": i, "hyp": hyp}, ensure_ascii=False) + "\n")
+    os.replace(path + ".tmp", path)
+    print(f"[seqkd] {OPTION}: {len(lines):,} translations from {args.teacher_translations}, segmented "
+          f"with the corpus's subword model")
+    return settings

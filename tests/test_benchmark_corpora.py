@@ -135,3 +135,14 @@ def test_results_table_marks_what_was_not_measured(tmp_path):
     (tmp_path / "bad.tsv").write_text("a\tb\n", encoding="utf-8")
     with pytest.raises(DistillError, match="bad.tsv:1: 2 tab-separated cells, expected 7"):
         write_table("iwslt14_de_en", str(tmp_path / "bad.tsv"), None, str(evals), str(tmp_path / "r.md"))
+
+
+def test_results_table_prints_each_shape_as_given(tmp_path):
+    """A row's layers are N per side, or E+D as written (GPKD's 48+6 teacher, DESDAR's 48+1)."""
+    from fairseq_distill.corpora.results import write_table
+
+    rows = tmp_path / "rows.tsv"
+    rows.write_text("desdar\t48+1\toriginal\tlabel_smoothed_cross_entropy\t-\t8\t30.01\n", encoding="utf-8")
+    write_table("wmt16_en_de", str(rows), "30.03", str(tmp_path), str(tmp_path / "results.md"), "48+6", "8")
+    text = (tmp_path / "results.md").read_text(encoding="utf-8")
+    assert "| teacher | 48+6 | 8 | original |" in text and "| desdar | 48+1 | 8 | original |" in text

@@ -35,7 +35,8 @@ def score(args):
 def table(args):
     from fairseq_distill.corpora.results import write_table
 
-    write_table(args.corpus, args.rows, args.teacher_paper_bleu, args.eval, args.out)
+    write_table(args.corpus, args.rows, args.teacher_paper_bleu, args.eval, args.out, args.teacher_layers,
+                args.teacher_heads)
 
 
 def main(argv=None):
@@ -50,6 +51,8 @@ def main(argv=None):
     t.add_argument("corpus", choices=CORPORA)
     t.add_argument("--rows", required=True, help="the recipe's rows.tsv")
     t.add_argument("--teacher-paper-bleu", default=None, help="the teacher's BLEU as the paper reports it")
+    t.add_argument("--teacher-layers", default="6", help="the teacher's layers: N per side, or E+D (default 6)")
+    t.add_argument("--teacher-heads", default="4", help="the teacher's attention heads (default 4)")
     t.add_argument("--eval", required=True, help="the directory of the scores JSON files")
     t.add_argument("--out", required=True, help="results.md (results.json goes beside it)")
     args = p.parse_args(argv)

@@ -38,9 +38,10 @@ def measured(eval_dir: str, name: str) -> Optional[dict]:
 
 
 def results_table(corpus: str, rows: List[Dict[str, str]], teacher_paper_bleu: Optional[str],
-                  eval_dir: str) -> dict:
-    entries = [{"name": "teacher", "layers": "6", "criterion": "label_smoothed_cross_entropy", "options": "-",
-                "data": "original", "heads": "4", "paper_bleu": teacher_paper_bleu or "-"}] + rows
+                  eval_dir: str, teacher_layers: str = "6", teacher_heads: str = "4") -> dict:
+    entries = [{"name": "teacher", "layers": teacher_layers, "criterion": "label_smoothed_cross_entropy",
+                "options": "-", "data": "original", "heads": teacher_heads,
+                "paper_bleu": teacher_paper_bleu or "-"}] + rows
     for entry in entries:
         entry["measured"] = measured(eval_dir, entry["name"])
     return {"corpus": corpus, "rows": entries}
@@ -60,13 +61,15 @@ def markdown(table: dict) -> str:
         m = r["measured"]
         ours = [f"{m['paper_bleu']:.2f}", f"{m['sacrebleu']:.2f}", f"{m['chrf']:.2f}"] if m else ["not yet measured"] * 3
         options = "" if r["options"] == "-" else f"`{r['options']}`"
-        lines.append(f"| {r['name']} | {r['layers']}+{r['layers']} | {r['heads']} | {r['data']} | {r['criterion']} | "
+        layers = r["layers"] if "+" in r["layers"] else f"{r['layers']}+{r['layers']}"  # N: N per side
+        lines.append(f"| {r['name']} | {layers} | {r['heads']} | {r['data']} | {r['criterion']} | "
                      f"{options} | {r['paper_bleu']} | " + " | ".join(ours) + " |")
     return "\n".join(lines) + "\n"
 
 
-def write_table(corpus: str, rows_path: str, teacher_paper_bleu: Optional[str], eval_dir: str, out: str) -> dict:
-    table = results_table(corpus, read_rows(rows_path), teacher_paper_bleu, eval_dir)
+def write_table(corpus: str, rows_path: str, teacher_paper_bleu: Optional[str], eval_dir: str, out: str,
+                teacher_layers: str = "6", teacher_heads: str = "4") -> dict:
+    table = results_table(corpus, read_rows(rows_path), teacher_paper_bleu, eval_dir, teacher_layers, teacher_heads)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         f.write(markdown(table))

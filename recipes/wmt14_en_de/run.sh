@@ -132,6 +132,6 @@ fi
 
 if wanted table; then
   # the teacher's BLEU: A2D's Table 2 and CKD's Table 3 (two pipelines, two numbers)
-  run fsd-benchmark-score table wmt14_en_de --rows "$HERE/rows.tsv" --teacher-paper-bleu "27.70 (A2D) / 27.03 (CKD)" \
+  run fsd-benchmark-score table wmt14_en_de --rows "$HERE/rows.tsv" --teacher-paper-bleu "27.70 (A2D) / 27.03 (CKD)" --teacher-layers 6 --teacher-heads 8 \
     --eval "$OUT/eval" --out "$OUT/results.md"
 fi

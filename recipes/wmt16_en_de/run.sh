@@ -209,6 +209,6 @@ fi
 
 if wanted table; then
   # the teacher's BLEU: Deep-RPR-48L in GPKD's Table 1 (checkpoints averaged; 29.19 single, Table 5)
-  run fsd-benchmark-score table wmt16_en_de --rows "$HERE/rows.tsv" --teacher-paper-bleu 30.03 \
+  run fsd-benchmark-score table wmt16_en_de --rows "$HERE/rows.tsv" --teacher-paper-bleu 30.03 --teacher-layers 48+6 --teacher-heads 8 \
     --eval "$OUT/eval" --out "$OUT/results.md"
 fi

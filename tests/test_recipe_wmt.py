@@ -383,7 +383,7 @@ def test_wmt_recipe_options_are_checked(tmp_path):
     for recipe in ("wmt14_en_de", "wmt16_en_de"):
         assert "unknown --stage 'teachers'" in bash(recipe, "run.sh", "--stage", "teachers", expect=2)
         assert "--gpus must be a number of GPUs" in bash(recipe, "run.sh", "--gpus", "two", expect=2)
-        assert "is not a directory" in bash(recipe, "prepare.sh", "--archive", "/nonexistent", expect=1)
+        assert "--archive /nonexistent does not exist" in bash(recipe, "prepare.sh", "--archive", "/nonexistent", expect=1)
         assert "no prepared data in" in bash(recipe, "run.sh", "--out", str(tmp_path / "none"), expect=1)
     assert "valid: teacher skip seqkd extract students evaluate table" in \
         bash("wmt16_en_de", "run.sh", "--stage", "x", expect=2)

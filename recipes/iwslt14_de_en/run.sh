@@ -19,46 +19,14 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-OUT=work/iwslt14_de_en
-GPUS=0
-FP16=1
-STAGE=all
-DRY_RUN=0
-SMOKE=0
-ROWS="$HERE/rows.tsv"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) OUT="$2"; shift 2 ;;
-    --gpus) GPUS="$2"; shift 2 ;;
-    --no-fp16) FP16=0; shift ;;
-    --stage) STAGE="$2"; shift 2 ;;
-    --dry-run) DRY_RUN=1; shift ;;
-    --smoke) SMOKE=1; shift ;;
-    --rows) ROWS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "run.sh: unknown option '$1'; valid: --out DIR, --gpus N, --no-fp16, --stage NAME, --rows FILE, --dry-run, --smoke" >&2
-       exit 2 ;;
-  esac
-done
+source "$HERE/../common.sh"
+RECIPE=iwslt14_de_en
 STAGES="teacher cache seqkd students evaluate table"
-case " $STAGES all " in
-  *" $STAGE "*) ;;
-  *) echo "run.sh: unknown --stage '$STAGE'; valid: $STAGES (or all)" >&2; exit 2 ;;
-esac
-if [ ! -f "$ROWS" ]; then echo "run.sh: --rows $ROWS does not exist" >&2; exit 2; fi
-case "$GPUS" in
-  ''|*[!0-9]*) echo "run.sh: --gpus must be a number of GPUs (0: the CPU), got '$GPUS'" >&2; exit 2 ;;
-esac
-
-DATA="$OUT/data/bin"
-TEXT="$OUT/text"
-RUNS="$OUT/runs"
+HELP_LINES=18
+parse_run_options "$@"
+check_prepared_data
+device_flags
 TEACHER="$RUNS/teacher/checkpoint_best.pt"
-PLUGIN="$(python -c 'import fairseq_distill, os; print(os.path.dirname(fairseq_distill.__file__))' 2>/dev/null || echo fairseq_distill)"
-if [ "$DRY_RUN" = 0 ] && [ ! -f "$DATA/fairseq_distill.json" ]; then
-  echo "run.sh: no prepared data in $DATA: run recipes/iwslt14_de_en/prepare.sh --out $OUT first" >&2
-  exit 1
-fi
 
 # The authors' training settings (A2D's released train_teacher.sh / train_student.sh): Adam
 # (0.9, 0.98), lr 5e-4, inverse square root schedule with 4000 warm-up updates, dropout 0.3, weight
@@ -70,28 +38,11 @@ TRAIN=(--share-decoder-input-output-embed --optimizer adam --adam-betas "(0.9, 0
        --eval-bleu --eval-bleu-args '{"beam": 5, "max_len_a": 1.2, "max_len_b": 10}' --eval-bleu-remove-bpe
        --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --log-format simple --log-interval 100)
 ARCH=(--arch transformer_iwslt_de_en)
-DEVICE=()
 if [ "$SMOKE" = 1 ]; then
   # a toy size: the same stages and flags, minutes on a CPU
   TRAIN+=(--max-update 6 --max-epoch 2 --max-tokens 1000 --warmup-updates 2)
   ARCH+=(--encoder-embed-dim 32 --decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64)
-  DEVICE=(--cpu)
-elif [ "$GPUS" -gt 0 ]; then
-  DEVICE=(--distributed-world-size "$GPUS")
-  [ "$FP16" = 1 ] && DEVICE+=(--fp16)
-else
-  DEVICE=(--cpu)
 fi
-TOOL_DEVICE=()
-[ "$SMOKE" = 1 ] || [ "$GPUS" = 0 ] && TOOL_DEVICE=(--cpu)
-
-run() {  # print the command, quoted as a shell reads it; run it unless --dry-run
-  echo "+ $(printf '%q ' "$@")"
-  [ "$DRY_RUN" = 1 ] || "$@"
-}
-wanted() { [ "$STAGE" = all ] || [ "$STAGE" = "$1" ]; }
-done_marker() { [ "$DRY_RUN" = 0 ] && [ -f "$1/.done" ]; }
-finish() { [ "$DRY_RUN" = 1 ] || touch "$1/.done"; }
 
 if wanted teacher; then
   if done_marker "$RUNS/teacher"; then echo "[teacher] done: $TEACHER"; else
@@ -114,8 +65,6 @@ if wanted seqkd; then
     finish "$OUT/seqkd"
   fi
 fi
-
-rows() { grep -v '^#' "$ROWS" | grep -v '^$'; }
 
 if wanted students; then
   while IFS=$'\t' read -r name layers data criterion options heads paper; do

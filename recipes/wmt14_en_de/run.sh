@@ -4,7 +4,7 @@
 # Vaswani et al. BLEU form (tokenised, compound-split) and with sacreBLEU and chrF; results.md
 # compares them with the papers' numbers. Run prepare.sh first (same --out).
 #
-#   recipes/wmt14_en_de/run.sh [--out DIR] [--gpus N] [--no-fp16] [--stage NAME] [--dry-run] [--smoke]
+#   recipes/wmt14_en_de/run.sh [--out DIR] [--gpus N] [--no-fp16] [--stage NAME] [--rows FILE] [--dry-run] [--smoke]
 #
 # Stages, in order, each skipped when done (a rerun resumes an interrupted training):
 #   teacher   transformer_wmt_en_de (6+6, 512, FFN 2048, 8 heads), Vaswani et al.'s base settings
@@ -17,43 +17,14 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-OUT=work/wmt14_en_de
-GPUS=0
-FP16=1
-STAGE=all
-DRY_RUN=0
-SMOKE=0
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) OUT="$2"; shift 2 ;;
-    --gpus) GPUS="$2"; shift 2 ;;
-    --no-fp16) FP16=0; shift ;;
-    --stage) STAGE="$2"; shift 2 ;;
-    --dry-run) DRY_RUN=1; shift ;;
-    --smoke) SMOKE=1; shift ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "run.sh: unknown option '$1'; valid: --out DIR, --gpus N, --no-fp16, --stage NAME, --dry-run, --smoke" >&2
-       exit 2 ;;
-  esac
-done
+source "$HERE/../common.sh"
+RECIPE=wmt14_en_de
 STAGES="teacher students evaluate table"
-case " $STAGES all " in
-  *" $STAGE "*) ;;
-  *) echo "run.sh: unknown --stage '$STAGE'; valid: $STAGES (or all)" >&2; exit 2 ;;
-esac
-case "$GPUS" in
-  ''|*[!0-9]*) echo "run.sh: --gpus must be a number of GPUs (0: the CPU), got '$GPUS'" >&2; exit 2 ;;
-esac
-
-DATA="$OUT/data/bin"
-TEXT="$OUT/text"
-RUNS="$OUT/runs"
+HELP_LINES=16
+parse_run_options "$@"
+check_prepared_data
+device_flags
 TEACHER="$RUNS/teacher/checkpoint_last.pt"
-PLUGIN="$(python -c 'import fairseq_distill, os; print(os.path.dirname(fairseq_distill.__file__))' 2>/dev/null || echo fairseq_distill)"
-if [ "$DRY_RUN" = 0 ] && [ ! -f "$DATA/fairseq_distill.json" ]; then
-  echo "run.sh: no prepared data in $DATA: run recipes/wmt14_en_de/prepare.sh --out $OUT first" >&2
-  exit 1
-fi
 
 # Vaswani et al. (2017)'s base settings, which CKD ("identical to those of Vaswani et al.") and A2D
 # ("set identically with Vaswani et al.") defer to: shared embeddings, Adam (0.9, 0.98, eps 1e-9), the
@@ -70,27 +41,13 @@ TRAIN=(--share-all-embeddings --optimizer adam --adam-betas "(0.9, 0.98)" --adam
 ARCH=(--arch transformer_wmt_en_de)
 # beam 4, length penalty 0.6, output up to the input's length + 50 (Vaswani et al.)
 DECODE=(--beam 4 --lenpen 0.6 --max-len-a 1 --max-len-b 50)
-DEVICE=()
 SMOKE_TRAIN=()
 if [ "$SMOKE" = 1 ]; then
   # a toy size: the same stages and flags, minutes on a CPU; given last, so they win
   SMOKE_TRAIN=(--max-update 6 --max-epoch 2 --max-tokens 1000 --update-freq 1 --warmup-updates 2)
   ARCH+=(--encoder-embed-dim 32 --decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64)
-  DEVICE=(--cpu)
-elif [ "$GPUS" -gt 0 ]; then
-  DEVICE=(--distributed-world-size "$GPUS")
-  [ "$FP16" = 1 ] && DEVICE+=(--fp16)
-else
-  DEVICE=(--cpu)
 fi
 
-run() {  # print the command, quoted as a shell reads it; run it unless --dry-run
-  echo "+ $(printf '%q ' "$@")"
-  [ "$DRY_RUN" = 1 ] || "$@"
-}
-wanted() { [ "$STAGE" = all ] || [ "$STAGE" = "$1" ]; }
-done_marker() { [ "$DRY_RUN" = 0 ] && [ -f "$1/.done" ]; }
-finish() { [ "$DRY_RUN" = 1 ] || touch "$1/.done"; }
 
 if wanted teacher; then
   if done_marker "$RUNS/teacher"; then echo "[teacher] done: $TEACHER"; else
@@ -101,7 +58,6 @@ if wanted teacher; then
   fi
 fi
 
-rows() { grep -v '^#' "$HERE/rows.tsv" | grep -v '^$'; }
 
 if wanted students; then
   while IFS=$'\t' read -r name layers data criterion options heads paper; do
@@ -132,6 +88,6 @@ fi
 
 if wanted table; then
   # the teacher's BLEU: A2D's Table 2 and CKD's Table 3 (two pipelines, two numbers)
-  run fsd-benchmark-score table wmt14_en_de --rows "$HERE/rows.tsv" --teacher-paper-bleu "27.70 (A2D) / 27.03 (CKD)" --teacher-layers 6 --teacher-heads 8 \
+  run fsd-benchmark-score table wmt14_en_de --rows "$ROWS" --teacher-paper-bleu "27.70 (A2D) / 27.03 (CKD)" --teacher-layers 6 --teacher-heads 8 \
     --eval "$OUT/eval" --out "$OUT/results.md"
 fi

@@ -5,7 +5,7 @@
 # (case-sensitive tokenised, compound-split) and with sacreBLEU and chrF; results.md compares them
 # with the paper's numbers. Run prepare.sh first (same --out).
 #
-#   recipes/wmt16_en_de/run.sh [--out DIR] [--gpus N] [--no-fp16] [--stage NAME] [--dry-run] [--smoke]
+#   recipes/wmt16_en_de/run.sh [--out DIR] [--gpus N] [--no-fp16] [--stage NAME] [--rows FILE] [--dry-run] [--smoke]
 #
 # Stages, in order, each skipped when done (a rerun resumes an interrupted training):
 #   teacher   Deep-RPR-48L: deep_transformer_48_6 (pre-norm, relative positions k = 8, 512, FFN 2048,
@@ -22,42 +22,13 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-OUT=work/wmt16_en_de
-GPUS=0
-FP16=1
-STAGE=all
-DRY_RUN=0
-SMOKE=0
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --out) OUT="$2"; shift 2 ;;
-    --gpus) GPUS="$2"; shift 2 ;;
-    --no-fp16) FP16=0; shift ;;
-    --stage) STAGE="$2"; shift 2 ;;
-    --dry-run) DRY_RUN=1; shift ;;
-    --smoke) SMOKE=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "run.sh: unknown option '$1'; valid: --out DIR, --gpus N, --no-fp16, --stage NAME, --dry-run, --smoke" >&2
-       exit 2 ;;
-  esac
-done
+source "$HERE/../common.sh"
+RECIPE=wmt16_en_de
 STAGES="teacher skip seqkd extract students evaluate table"
-case " $STAGES all " in
-  *" $STAGE "*) ;;
-  *) echo "run.sh: unknown --stage '$STAGE'; valid: $STAGES (or all)" >&2; exit 2 ;;
-esac
-case "$GPUS" in
-  ''|*[!0-9]*) echo "run.sh: --gpus must be a number of GPUs (0: the CPU), got '$GPUS'" >&2; exit 2 ;;
-esac
-
-DATA="$OUT/data/bin"
-TEXT="$OUT/text"
-RUNS="$OUT/runs"
-PLUGIN="$(python -c 'import fairseq_distill, os; print(os.path.dirname(fairseq_distill.__file__))' 2>/dev/null || echo fairseq_distill)"
-if [ "$DRY_RUN" = 0 ] && [ ! -f "$DATA/fairseq_distill.json" ]; then
-  echo "run.sh: no prepared data in $DATA: run recipes/wmt16_en_de/prepare.sh --out $OUT first" >&2
-  exit 1
-fi
+HELP_LINES=21
+parse_run_options "$@"
+check_prepared_data
+device_flags
 
 # GPKD "followed the hyper-parameters used in Wang et al. (2019)"; the values are those of the
 # authors' released scripts (group_permutation_train.sh): shared embeddings, Adam (0.9, 0.997), lr
@@ -79,28 +50,13 @@ TEACHER_ARCH=(--arch deep_transformer_48_6 "${RPR[@]}" --encoder-group-size 8 --
 # beam 4, length penalty 0.6 (the paper); output up to the input's length + 50 (Vaswani et al.)
 DECODE=(--beam 4 --lenpen 0.6 --max-len-a 1 --max-len-b 50)
 WIDTH=()
-DEVICE=()
 SMOKE_TRAIN=()
 if [ "$SMOKE" = 1 ]; then
   # a toy width at the paper's depths: the same stages and flags, on a CPU; given last, so they win
   SMOKE_TRAIN=(--max-update 6 --max-epoch 2 --max-tokens 1000 --update-freq 1 --warmup-updates 2 --patience 1)
   WIDTH=(--encoder-embed-dim 16 --decoder-embed-dim 16 --encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32)
-  DEVICE=(--cpu)
-elif [ "$GPUS" -gt 0 ]; then
-  DEVICE=(--distributed-world-size "$GPUS")
-  [ "$FP16" = 1 ] && DEVICE+=(--fp16)
-else
-  DEVICE=(--cpu)
 fi
 
-run() {  # print the command, quoted as a shell reads it; run it unless --dry-run
-  echo "+ $(printf '%q ' "$@")"
-  [ "$DRY_RUN" = 1 ] || "$@"
-}
-wanted() { [ "$STAGE" = all ] || [ "$STAGE" = "$1" ]; }
-done_marker() { [ "$DRY_RUN" = 0 ] && [ -f "$1/.done" ]; }
-finish() { [ "$DRY_RUN" = 1 ] || touch "$1/.done"; }
-rows() { grep -v '^#' "$HERE/rows.tsv" | grep -v '^$'; }
 checkpoint() { echo "$RUNS/$1/checkpoint_last.pt"; }
 
 train() {  # NAME DATA_BIN ARCH_FLAGS... -- EXTRA_FLAGS...: fairseq-train, the recipe's settings, into RUNS/NAME
@@ -209,6 +165,6 @@ fi
 
 if wanted table; then
   # the teacher's BLEU: Deep-RPR-48L in GPKD's Table 1 (checkpoints averaged; 29.19 single, Table 5)
-  run fsd-benchmark-score table wmt16_en_de --rows "$HERE/rows.tsv" --teacher-paper-bleu 30.03 --teacher-layers 48+6 --teacher-heads 8 \
+  run fsd-benchmark-score table wmt16_en_de --rows "$ROWS" --teacher-paper-bleu 30.03 --teacher-layers 48+6 --teacher-heads 8 \
     --eval "$OUT/eval" --out "$OUT/results.md"
 fi

@@ -1,0 +1,193 @@
+# What every recipe's prepare.sh and run.sh share; sourced by them, not run.
+#
+# prepare.sh sets CORPUS, ARCHIVES (one "name URL checksum" line per official archive, checksum
+# "algo:value" or "-") and HELP_LINES, then calls parse_prepare_options "$@", fetch_archives and
+# check_archives. run.sh sets RECIPE, STAGES and HELP_LINES, then calls parse_run_options "$@",
+# check_prepared_data and device_flags, and runs its stages with run / wanted / done_marker / finish.
+
+run() {  # print the command, quoted as a shell reads it; run it unless --dry-run
+  echo "+ $(printf '%q ' "$@")"
+  [ "$DRY_RUN" = 1 ] || "$@"
+}
+
+usage() { sed -n "2,${HELP_LINES}p" "$0" | sed 's/^# \{0,1\}//'; }
+
+# -- prepare.sh -------------------------------------------------------------------------------
+
+# --out DIR, --archive PATH (a directory of the official archives or what they unpack to; a recipe
+# with one archive also takes the file), --no-checksum, --vocab-size N, --workers N, --dry-run
+parse_prepare_options() {
+  OUT="work/$CORPUS"
+  ARCHIVE=""
+  CHECKSUM=1
+  DRY_RUN=0
+  WORKERS=$(nproc 2>/dev/null || echo 1)
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --out) OUT="$2"; shift 2 ;;
+      --archive) ARCHIVE="$2"; shift 2 ;;
+      --no-checksum) CHECKSUM=0; shift ;;
+      --vocab-size) VOCAB="$2"; shift 2 ;;
+      --workers) WORKERS="$2"; shift 2 ;;
+      --dry-run) DRY_RUN=1; shift ;;
+      -h|--help) usage; exit 0 ;;
+      *) echo "prepare.sh: unknown option '$1'; valid: --out DIR, --archive PATH, --no-checksum, --vocab-size N," \
+              "--workers N, --dry-run" >&2; exit 2 ;;
+    esac
+  done
+  if [ -n "$ARCHIVE" ] && [ ! -e "$ARCHIVE" ]; then
+    echo "prepare.sh: --archive $ARCHIVE does not exist" >&2
+    exit 1
+  fi
+  if [ -f "$ARCHIVE" ] && [ "${#ARCHIVES[@]}" != 1 ]; then
+    echo "prepare.sh: --archive $ARCHIVE is a file; this recipe reads ${#ARCHIVES[@]} archives: pass the" \
+         "directory that holds them (or what they unpack to)" >&2
+    exit 1
+  fi
+}
+
+# Without --archive: each official archive downloaded into OUT/orig (kept; a rerun downloads only
+# what is missing), and ARCHIVE set to that directory.
+fetch_archives() {
+  [ -n "$ARCHIVE" ] && return 0
+  ARCHIVE="$OUT/orig"
+  run mkdir -p "$ARCHIVE"
+  local entry name url
+  for entry in "${ARCHIVES[@]}"; do
+    read -r name url _ <<< "$entry"
+    [ -f "$ARCHIVE/$name" ] && continue
+    if [ "$DRY_RUN" = 1 ]; then
+      echo "+ curl -fL -o $ARCHIVE/$name.part $url && mv $ARCHIVE/$name.part $ARCHIVE/$name"
+    elif ! curl -fL --retry 2 -o "$ARCHIVE/$name.part" "$url"; then
+      echo "prepare.sh: could not download $url (no network?): fetch the official archives elsewhere and" \
+           "pass --archive PATH" >&2
+      exit 1
+    else
+      mv "$ARCHIVE/$name.part" "$ARCHIVE/$name"
+    fi
+  done
+}
+
+# Every official archive found under its name: its recorded checksum checked (unless
+# --no-checksum) and the SHA-256 of what was used printed and kept in OUT/archives.sha256.
+check_archives() {
+  [ "$DRY_RUN" = 1 ] && return 0
+  mkdir -p "$OUT"
+  : > "$OUT/archives.sha256"
+  local entry name url sum file sha algo got
+  for entry in "${ARCHIVES[@]}"; do
+    read -r name url sum <<< "$entry"
+    if [ -f "$ARCHIVE" ]; then file="$ARCHIVE"; else file="$ARCHIVE/$name"; fi
+    if [ ! -f "$file" ]; then
+      echo "[prepare] $name: not in $ARCHIVE under its official name, so not checked (its files are looked" \
+           "for inside any archive there)"
+      continue
+    fi
+    sha=$(sha256sum "$file" | cut -d' ' -f1)
+    echo "$sha  $file" >> "$OUT/archives.sha256"
+    if [ "$sum" = - ]; then
+      echo "[prepare] $name: SHA-256 $sha (no checksum is recorded for it)"
+    elif [ "$CHECKSUM" = 0 ]; then
+      echo "[prepare] $name: SHA-256 $sha (recorded ${sum%%:*} not checked: --no-checksum)"
+    else
+      algo=${sum%%:*}
+      if [ "$algo" = sha256 ]; then got=$sha; else got=$("${algo}sum" "$file" | cut -d' ' -f1); fi
+      if [ "$got" != "${sum#*:}" ]; then
+        echo "prepare.sh: $file has ${algo} $got, not the recorded ${sum#*:}: a damaged or different download" \
+             "(remove it and run again, or pass --no-checksum to use it anyway)" >&2
+        exit 1
+      fi
+      echo "[prepare] $name: ${algo} as recorded; SHA-256 $sha"
+    fi
+  done
+}
+
+# The protocol's text (fsd-benchmark-corpus, kept once made), then segmentation and binarization
+# (fsd-prepare-corpus, which reuses its output when inputs and options match); arguments: the source
+# and target language, then fsd-prepare-corpus's segmentation flags.
+prepare_text_and_data() {
+  local src="$1" tgt="$2"; shift 2
+  if [ -f "$OUT/text/counts.json" ]; then
+    echo "[prepare] $OUT/text exists (remove it to redo the protocol)"
+  else
+    run fsd-benchmark-corpus "$CORPUS" --archive "$ARCHIVE" --out "$OUT/text" --workers "$WORKERS"
+  fi
+  run fsd-prepare-corpus -s "$src" -t "$tgt" --train-prefix "$OUT/text/train" --valid-prefix "$OUT/text/valid" \
+    --test-prefix "$OUT/text/test" "$@" --workers "$WORKERS" --out "$OUT/data"
+}
+
+# The official WMT archives both WMT en-de recipes read besides their News Commentary release:
+# name, URL (those of fairseq's prepare-wmt14en2de.sh) and the checksum another project records
+# for it; none has been verified here (no network where these recipes were written).
+WMT_ARCHIVES=(
+  "training-parallel-europarl-v7.tgz http://statmt.org/wmt13/training-parallel-europarl-v7.tgz sha256:0224c7c710c8a063dfd893b0cc0830202d61f4c75c17eb8e31836103d27d96e7"
+  "training-parallel-commoncrawl.tgz http://statmt.org/wmt13/training-parallel-commoncrawl.tgz sha256:c7a74e2ea01ac6c920123108627e35278d4ccb5701e15428ffa34de86fa3a9e5"
+  "dev.tgz http://data.statmt.org/wmt17/translation-task/dev.tgz sha256:9d5ff04a28496b7796904ea65e50e3837bab14dbdca88b1e063105f17513dca9"
+  "test-full.tgz http://statmt.org/wmt14/test-full.tgz md5:a8cd784e006feb32ac6f3d9ec7eb389a"
+)
+
+# -- run.sh -----------------------------------------------------------------------------------
+
+# --out DIR, --gpus N, --no-fp16, --stage NAME (one of STAGES), --rows FILE, --dry-run, --smoke
+parse_run_options() {
+  OUT="work/$RECIPE"
+  GPUS=0
+  FP16=1
+  STAGE=all
+  DRY_RUN=0
+  SMOKE=0
+  ROWS="$HERE/rows.tsv"
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --out) OUT="$2"; shift 2 ;;
+      --gpus) GPUS="$2"; shift 2 ;;
+      --no-fp16) FP16=0; shift ;;
+      --stage) STAGE="$2"; shift 2 ;;
+      --rows) ROWS="$2"; shift 2 ;;
+      --dry-run) DRY_RUN=1; shift ;;
+      --smoke) SMOKE=1; shift ;;
+      -h|--help) usage; exit 0 ;;
+      *) echo "run.sh: unknown option '$1'; valid: --out DIR, --gpus N, --no-fp16, --stage NAME, --rows FILE," \
+              "--dry-run, --smoke" >&2; exit 2 ;;
+    esac
+  done
+  case " $STAGES all " in
+    *" $STAGE "*) ;;
+    *) echo "run.sh: unknown --stage '$STAGE'; valid: $STAGES (or all)" >&2; exit 2 ;;
+  esac
+  case "$GPUS" in
+    ''|*[!0-9]*) echo "run.sh: --gpus must be a number of GPUs (0: the CPU), got '$GPUS'" >&2; exit 2 ;;
+  esac
+  if [ ! -f "$ROWS" ]; then echo "run.sh: --rows $ROWS does not exist" >&2; exit 2; fi
+  DATA="$OUT/data/bin"
+  TEXT="$OUT/text"
+  RUNS="$OUT/runs"
+  PLUGIN="$(python -c 'import fairseq_distill, os; print(os.path.dirname(fairseq_distill.__file__))' 2>/dev/null \
+            || echo fairseq_distill)"
+}
+
+check_prepared_data() {
+  if [ "$DRY_RUN" = 0 ] && [ ! -f "$DATA/fairseq_distill.json" ]; then
+    echo "run.sh: no prepared data in $DATA: run recipes/$RECIPE/prepare.sh --out $OUT first" >&2
+    exit 1
+  fi
+}
+
+# DEVICE: fairseq-train's device flags (data-parallel on --gpus N with --fp16 unless --no-fp16; the
+# CPU without GPUs or with --smoke); TOOL_DEVICE: the same choice for fsd-cache-teacher.
+device_flags() {
+  TOOL_DEVICE=()
+  if [ "$SMOKE" = 1 ] || [ "$GPUS" = 0 ]; then
+    DEVICE=(--cpu)
+    TOOL_DEVICE=(--cpu)
+  else
+    DEVICE=(--distributed-world-size "$GPUS")
+    [ "$FP16" = 1 ] && DEVICE+=(--fp16)
+  fi
+  return 0
+}
+
+rows() { grep -v '^#' "$ROWS" | grep -v '^$'; }
+wanted() { [ "$STAGE" = all ] || [ "$STAGE" = "$1" ]; }
+done_marker() { [ "$DRY_RUN" = 0 ] && [ -f "$1/.done" ]; }
+finish() { [ "$DRY_RUN" = 1 ] || touch "$1/.done"; }

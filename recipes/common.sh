@@ -187,6 +187,25 @@ device_flags() {
   return 0
 }
 
+# fsd-seqkd: on --gpus N > 1 one shard per GPU (each process sees one GPU), run side by side, then
+# merged; otherwise in one go. Arguments: fsd-seqkd's flags (--data, --teacher, --out, decoding).
+seqkd() {
+  if [ "$SMOKE" = 1 ] || [ "$GPUS" -le 1 ]; then
+    run fsd-seqkd "$@"
+    return
+  fi
+  local out="" args=("$@") i pids=()
+  while [ $# -gt 0 ]; do [ "$1" = --out ] && out="$2"; shift; done
+  for (( i = 0; i < GPUS; i++ )); do  # printed here, in order; run side by side
+    echo "+ $(printf '%q ' env CUDA_VISIBLE_DEVICES="$i" fsd-seqkd "${args[@]}" --num-shards "$GPUS" --shard-id "$i") &"
+    [ "$DRY_RUN" = 1 ] && continue
+    env CUDA_VISIBLE_DEVICES="$i" fsd-seqkd "${args[@]}" --num-shards "$GPUS" --shard-id "$i" &
+    pids+=($!)
+  done
+  for i in ${pids[@]+"${pids[@]}"}; do wait "$i" || { echo "run.sh: a seq-KD shard failed (its log: $out.work)" >&2; exit 1; }; done
+  run fsd-seqkd "${args[@]}" --num-shards "$GPUS" --merge
+}
+
 rows() { grep -v '^#' "$ROWS" | grep -v '^$'; }
 wanted() { [ "$STAGE" = all ] || [ "$STAGE" = "$1" ]; }
 done_marker() { [ "$DRY_RUN" = 0 ] && [ -f "$1/.done" ]; }

@@ -82,8 +82,16 @@ def test_prepare_and_smoke_run_end_to_end(tmp_path):
     assert "[students] ckd-sc-2 done" in again
 
 
-def test_recipe_options_are_checked():
+def test_recipe_options_are_checked(tmp_path):
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    # on GPUs: data-parallel training with --fp16, and the seq-KD data one shard per GPU, then merged
+    planned = commands(bash("run.sh", "--dry-run", "--gpus", "2", "--out", str(tmp_path)))
+    assert all("--distributed-world-size 2 --fp16" in c for c in planned if c.startswith("+ fairseq-train"))
+    seqkd = [c for c in planned if "fsd-seqkd" in c]
+    assert [c.split("fsd-seqkd")[0] for c in seqkd] == ["+ env CUDA_VISIBLE_DEVICES=0 ", "+ env CUDA_VISIBLE_DEVICES=1 ", "+ "]
+    assert seqkd[0].endswith("--num-shards 2 --shard-id 0  &") and seqkd[2].endswith("--num-shards 2 --merge ")
+    assert "--no-fp16" not in planned[0] and "--fp16" not in commands(
+        bash("run.sh", "--dry-run", "--gpus", "2", "--no-fp16", "--out", str(tmp_path)))[0]
     for args, message in ((["--stage", "teachers"], "unknown --stage 'teachers'; valid: teacher cache seqkd"),
                           (["--gpus", "two"], "--gpus must be a number of GPUs"),
                           (["--frobnicate"], "unknown option '--frobnicate'")):

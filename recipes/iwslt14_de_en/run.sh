@@ -8,7 +8,8 @@
 # Stages, in order, each skipped when done (a rerun resumes an interrupted training):
 #   teacher   transformer_iwslt_de_en (6+6, 512, FFN 1024, 4 heads), the authors' training settings
 #   cache     the teacher's top-k distributions over the training set, for the word-level KD rows
-#   seqkd     the teacher's translations of the training set (fsd-seqkd, beam 5), for seq-kd-3
+#   seqkd     the teacher's translations of the training set (fsd-seqkd, beam 5; one shard per GPU, then
+#             merged), for seq-kd-3
 #   students  every row of rows.tsv
 #   evaluate  beam 5 on the test set: fsd-evaluate, then both BLEU forms and chrF (fsd-benchmark-score)
 #   table     OUT/results.md and OUT/results.json
@@ -22,7 +23,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../common.sh"
 RECIPE=iwslt14_de_en
 STAGES="teacher cache seqkd students evaluate table"
-HELP_LINES=18
+HELP_LINES=19
 parse_run_options "$@"
 check_prepared_data
 device_flags
@@ -61,7 +62,7 @@ fi
 
 if wanted seqkd; then
   if done_marker "$OUT/seqkd"; then echo "[seqkd] done: $OUT/seqkd"; else
-    run fsd-seqkd --data "$DATA" --teacher "$TEACHER" --out "$OUT/seqkd" --beam 5
+    seqkd --data "$DATA" --teacher "$TEACHER" --out "$OUT/seqkd" --beam 5
     finish "$OUT/seqkd"
   fi
 fi

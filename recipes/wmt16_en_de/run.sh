@@ -11,7 +11,8 @@
 #   teacher   Deep-RPR-48L: deep_transformer_48_6 (pre-norm, relative positions k = 8, 512, FFN 2048,
 #             8 heads), encoder layers permuted in groups of 8 and decoder layers in one group of 6
 #   skip      the rows continued from a trained model (continue:PARENT): Skipping Sub-Layer, phi = 0.4
-#   seqkd     each teacher's translations of the training set (fsd-seqkd, beam 4), for seqkd:PARENT rows
+#   seqkd     each teacher's translations of the training set (fsd-seqkd, beam 4; one shard per GPU,
+#             then merged), for seqkd:PARENT rows
 #   extract   the students that start from a teacher's layers (extract:PARENT), one layer per group
 #   students  every other row of rows.tsv, from scratch or from its extracted layers
 #   evaluate  beam 4, length penalty 0.6 on newstest2014: fsd-evaluate, then both BLEU forms and chrF
@@ -25,7 +26,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../common.sh"
 RECIPE=wmt16_en_de
 STAGES="teacher skip seqkd extract students evaluate table"
-HELP_LINES=21
+HELP_LINES=22
 parse_run_options "$@"
 check_prepared_data
 device_flags
@@ -121,7 +122,7 @@ seqkd_dir() { echo "$OUT/seqkd-$1"; }
 if wanted seqkd; then
   for parent in $(rows | cut -f3 | grep '^seqkd:' | sed 's/^seqkd://' | sort -u); do
     if done_marker "$(seqkd_dir "$parent")"; then echo "[seqkd] $parent done"; continue; fi
-    run fsd-seqkd --data "$DATA" --teacher "$(checkpoint "$parent")" --out "$(seqkd_dir "$parent")" --beam 4 --lenpen 0.6
+    seqkd --data "$DATA" --teacher "$(checkpoint "$parent")" --out "$(seqkd_dir "$parent")" --beam 4 --lenpen 0.6
     finish "$(seqkd_dir "$parent")"
   done
 fi

@@ -224,21 +224,12 @@ def middle_batch(task, max_tokens: int, split: str = "train"):
 
 
 def build_trainer(argv: List[str]):
-    """``fairseq_distill.trainer_setup.build_training`` (as fairseq-train builds it), except that
-    ``--bf16`` does not also select the TPU: fairseq 0.12's parser sets ``tpu`` whenever
-    ``--bf16`` is given ("use bfloat16; implies --tpu", facebookresearch/fairseq#4696), and the
-    Trainer then asks torch_xla for its device, which fails on a GPU. Returns (task, model,
-    trainer, whether that was undone)."""
-    from fairseq.trainer import Trainer
+    """(task, model, trainer) as fairseq-train builds them (``trainer_setup.build_training``; with
+    ``--bf16``, the TPU fairseq 0.12 attaches to it is dropped there, ``fairseq_distill/compat.py``)."""
+    from fairseq_distill.trainer_setup import build_training
 
-    from fairseq_distill.trainer_setup import build_task_and_model
-
-    cfg, task, model = build_task_and_model(argv)
-    tpu_undone = bool(cfg.common.bf16 and cfg.common.tpu and "--tpu" not in argv)
-    if tpu_undone:
-        cfg.common.tpu = False
-    criterion = task.build_criterion(cfg.criterion)
-    return task, model, Trainer(cfg, task, model, criterion), tpu_undone
+    _, task, model, _, trainer = build_training(argv)
+    return task, model, trainer
 
 
 def time_training(argv: List[str], warmup: int, steps: int, max_tokens: int) -> dict:
@@ -249,7 +240,7 @@ def time_training(argv: List[str], warmup: int, steps: int, max_tokens: int) -> 
 
     from bench.step_cost import peak_memory, reset_peak_memory
 
-    task, model, trainer, tpu_undone = build_trainer(argv)
+    task, model, trainer = build_trainer(argv)
     sample = middle_batch(task, max_tokens)
     times = []
     before = reset_peak_memory()
@@ -265,7 +256,7 @@ def time_training(argv: List[str], warmup: int, steps: int, max_tokens: int) -> 
               "step_ms": [round(t * 1000, 2) for t in times],
               "target_tokens": int(sample["ntokens"]), "batch_sentences": int(sample["nsentences"]),
               "peak_memory_mib": round(peak / 2**20, 1), "step_memory_mib": round((peak - before) / 2**20, 1),
-              "student_parameters": parameters(model), "bf16_implied_tpu_undone": tpu_undone}
+              "student_parameters": parameters(model)}
     del task, model, trainer, sample
     return result
 
@@ -358,9 +349,9 @@ def render_markdown(result: dict) -> str:
         lines.append(f"| {m['name']} | {m['arch']} | {m['shape']} | "
                      f"{_cell(m.get('parameters'), '{:,}')} |")
     peak = "`torch.cuda.max_memory_allocated`" if result["cuda"] else "the peak resident set"
-    bf16 = (" bf16 rows: fairseq's `--bf16`, with the `--tpu` it implies in fairseq 0.12 turned off again "
-            "(fairseq-train itself would look for an XLA device)."
-            if any(r.get("bf16_implied_tpu_undone") for r in result["training"]) else "")
+    bf16 = (" bf16 rows: fairseq's `--bf16`, without the `--tpu` fairseq 0.12 attaches to it (dropped by the "
+            "plugin where torch_xla is absent, `fairseq_distill/compat.py`)."
+            if any(r.get("precision") == "bf16" for r in result["training"]) else "")
     lines += ["", "## Training step", "",
               f"fairseq `Trainer.train_step` on one batch of at most {b['max_tokens']} tokens (the middle batch of "
               f"the length-sorted corpus), median of {b['steps']} steps after {b['warmup']} warm-up; peak memory: "

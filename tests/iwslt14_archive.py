@@ -33,7 +33,7 @@ def train_tags(lang: str, pairs: int, extra=None):
 
 
 def xml_file(name: str, lang: str, segments):
-    head = [f'<?xml version="1.0" encoding="UTF-8"?>', "<mteval>",
+    head = ['<?xml version="1.0" encoding="UTF-8"?>', "<mteval>",
             f'<{"srcset" if lang == "de" else "refset"} setid="{name}" srclang="german" trglang="english">',
             '<doc docid="1" genre="lectures">', "<url>http://www.ted.com/talks/x.html</url>",
             "<description>TED Talk Subtitles and Transcript: a talk</description>", "<talkid>1</talkid>",

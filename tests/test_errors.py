@@ -37,6 +37,19 @@ def test_missing_teacher_checkpoint(task, tmp_path):
         load_teacher(path, task)
 
 
+@pytest.mark.parametrize("files,kind", [
+    (["model.bin", "config.json", "shared_vocabulary.json"], "it looks like a CTranslate2 model"),
+    (["config.json", "model.safetensors", "tokenizer_config.json"], "it looks like a Hugging Face model"),
+    ([], "directory, not a fairseq checkpoint file. Word-level"),
+])
+def test_a_pretrained_model_directory_is_refused_as_a_teacher_with_the_way_it_can_teach(task, tmp_path, files, kind):
+    for name in files:
+        (tmp_path / name).write_text("{}")
+    with pytest.raises(DistillError, match=kind) as raised:
+        load_teacher(str(tmp_path), task)
+    assert "fsd-seqkd --teacher-translations FILE" in str(raised.value)
+
+
 def test_unreadable_teacher_checkpoint(task, tmp_path):
     path = tmp_path / "garbage.pt"
     path.write_bytes(b"this is not a checkpoint")

@@ -154,8 +154,24 @@ def check_teacher_dictionaries(state, path, source_dict: Dictionary, target_dict
     )
 
 
+def pretrained_kind(directory: str) -> str:
+    """What a model directory looks like, for the error that refuses it as a teacher."""
+    names = set(os.listdir(directory))
+    if "model.bin" in names and "config.json" in names:
+        return " (it looks like a CTranslate2 model: model.bin, config.json)"
+    if "config.json" in names and names & {"pytorch_model.bin", "model.safetensors", "tf_model.h5"}:
+        return " (it looks like a Hugging Face model: config.json and weights)"
+    return ""
+
+
 def read_teacher_checkpoint(path: str) -> dict:
     """A teacher checkpoint's state, with clear errors for a missing or unreadable file."""
+    if os.path.isdir(path):
+        raise DistillError(f"teacher '{path}' is a directory, not a fairseq checkpoint file{pretrained_kind(path)}. "
+                           f"Word-level, layer and attention KD compare the teacher's outputs with the student's over "
+                           f"one dictionary, so they need a fairseq teacher trained on the student's data. A pretrained "
+                           f"model can still teach by sequence-level KD: translate the training source with it and "
+                           f"pass the translations to fsd-seqkd --teacher-translations FILE")
     if not os.path.isfile(path):
         raise DistillError(f"teacher checkpoint not found: '{path}' (no such file)")
     if not os.access(path, os.R_OK):

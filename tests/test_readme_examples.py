@@ -99,4 +99,4 @@ def test_the_watch_flags_the_old_ckd_default_at_this_budget(tiny_data, teacher, 
     ckd --ckd-combination rc` did before, is flagged within the same budget and window."""
     out = distill_train(tiny_data, teacher, str(tmp_path), "ckd", "--ckd-combination", "rc",
                         "--ckd-project", "teacher", "--max-update", UPDATES, "--no-save", "--collapse-window", WINDOW)
-    assert "the layer KD term is collapsing" in out
+    assert "the ckd term is collapsing" in out

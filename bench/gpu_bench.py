@@ -97,6 +97,19 @@ class Budget:
 
 def plan(mode: str):
     """(teachers, students, precisions, budget, CTranslate2 compute types) of a mode."""
+    if mode == "cpu-decoding":  # decoding speed only, at the papers' shapes, on the CPU
+        teachers = [ModelSpec("teacher-iwslt", "transformer_iwslt_de_en", 6, 6, 512, 1024, 4)]
+        students = [ModelSpec("student-2+2", "transformer_iwslt_de_en", 2, 2, 512, 1024, 4),
+                    ModelSpec("student-3+3", "transformer_iwslt_de_en", 3, 3, 512, 1024, 4)]
+        budget = Budget(vocab=10000, train_sentences=600, mean_length=25, max_length=100, max_tokens=4096,
+                        warmup=0, steps=0, top_k=8, decode_sentences=256, decode_batch=32, beam=4, repeats=2)
+        return teachers, students, [], budget, ["float32", "int8"]
+    if mode == "cpu-decoding-smoke":  # the same at tiny sizes, for the tests
+        teachers = [ModelSpec("teacher", "transformer", 2, 2, 32, 64, 2)]
+        students = [ModelSpec("student-1+1", "transformer", 1, 1, 32, 64, 2)]
+        budget = Budget(vocab=64, train_sentences=48, mean_length=8, max_length=20, max_tokens=256, warmup=0,
+                        steps=0, top_k=4, decode_sentences=12, decode_batch=6, beam=4, repeats=1)
+        return teachers, students, [], budget, ["float32", "int8"]
     if mode == "cpu-smoke":
         teachers = [ModelSpec("teacher-base", "transformer", 1, 1, 32, 64, 2),
                     ModelSpec("teacher-big", "transformer", 1, 1, 48, 96, 4)]
@@ -338,7 +351,8 @@ def failures(result: dict) -> List[str]:
 
 def render_markdown(result: dict) -> str:
     b = result["budget"]
-    lines = [f"# GPU benchmark (`bench/gpu_bench.py`{' --' + result['mode'] if result['mode'] != 'full' else ''})",
+    title = "Decoding speed on the CPU" if result.get("stem") == "decode_speed_cpu" else "GPU benchmark"
+    lines = [f"# {title} (`bench/gpu_bench.py`{' --' + result['mode'] if result['mode'] != 'full' else ''})",
              "",
              f"{result['device']}; torch {result['versions'].get('torch')}, fairseq "
              f"{result['versions'].get('fairseq')}, CTranslate2 {result['versions'].get('ctranslate2')}. "
@@ -348,46 +362,49 @@ def render_markdown(result: dict) -> str:
     for m in result["models"]:
         lines.append(f"| {m['name']} | {m['arch']} | {m['shape']} | "
                      f"{_cell(m.get('parameters'), '{:,}')} |")
-    peak = "`torch.cuda.max_memory_allocated`" if result["cuda"] else "the peak resident set"
-    bf16 = (" bf16 rows: fairseq's `--bf16`, without the `--tpu` fairseq 0.12 attaches to it (dropped by the "
-            "plugin where torch_xla is absent, `fairseq_distill/compat.py`)."
-            if any(r.get("precision") == "bf16" for r in result["training"]) else "")
-    lines += ["", "## Training step", "",
-              f"fairseq `Trainer.train_step` on one batch of at most {b['max_tokens']} tokens (the middle batch of "
-              f"the length-sorted corpus), median of {b['steps']} steps after {b['warmup']} warm-up; peak memory: "
-              f"{peak} during the steps (model, optimizer state and teacher included), step memory: that peak "
-              f"less the memory in use before the steps. Online KD runs the teacher every step; cached KD reads "
-              f"its top-{b['top_k']} outputs from a teacher cache.{bf16}", "",
-              "| student | KD | teacher | precision | median step | × no KD | peak memory | × no KD | "
-              "step memory | batch (sentences / target tokens) | wall |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in result["training"]:
-        if r.get("error"):
+    if result.get("stem", "gpu_bench") == "gpu_bench":  # --cpu-decoding measures no training
+        peak = "`torch.cuda.max_memory_allocated`" if result["cuda"] else "the peak resident set"
+        bf16 = (" bf16 rows: fairseq's `--bf16`, without the `--tpu` fairseq 0.12 attaches to it (dropped by the "
+                "plugin where torch_xla is absent, `fairseq_distill/compat.py`)."
+                if any(r.get("precision") == "bf16" for r in result["training"]) else "")
+        lines += ["", "## Training step", "",
+                  f"fairseq `Trainer.train_step` on one batch of at most {b['max_tokens']} tokens (the middle batch of "
+                  f"the length-sorted corpus), median of {b['steps']} steps after {b['warmup']} warm-up; peak memory: "
+                  f"{peak} during the steps (model, optimizer state and teacher included), step memory: that peak "
+                  f"less the memory in use before the steps. Online KD runs the teacher every step; cached KD reads "
+                  f"its top-{b['top_k']} outputs from a teacher cache.{bf16}", "",
+                  "| student | KD | teacher | precision | median step | × no KD | peak memory | × no KD | "
+                  "step memory | batch (sentences / target tokens) | wall |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in result["training"]:
+            if r.get("error"):
+                lines.append(f"| {r['student']} | {r['kd']} | {r.get('teacher') or '-'} | {r['precision']} | "
+                             f"failed: {r['error'][:120]} | | | | | | |")
+                continue
             lines.append(f"| {r['student']} | {r['kd']} | {r.get('teacher') or '-'} | {r['precision']} | "
-                         f"failed: {r['error'][:120]} | | | | | | |")
-            continue
-        lines.append(f"| {r['student']} | {r['kd']} | {r.get('teacher') or '-'} | {r['precision']} | "
-                     f"{r['median_step_ms']:.1f} ms | {_cell(r.get('time_vs_no_kd'), '{:.2f}')} | "
-                     f"{r['peak_memory_mib']:,.0f} MiB | {_cell(r.get('memory_vs_no_kd'), '{:.2f}')} | "
-                     f"{r['step_memory_mib']:,.0f} MiB | {r['batch_sentences']} / {r['target_tokens']} | "
-                     f"{r['wall_seconds']:.1f} s |")
-    lines += ["", "Teacher caches (made once per teacher, before the cached rows; not in their step time):", "",
-              "| teacher | top-k | sentences | target tokens | build time | teacher time | size |",
-              "|---|---|---|---|---|---|---|"]
-    for c in result["teacher_caches"]:
-        if c.get("error"):
-            lines.append(f"| {c['teacher']} | failed: {c['error'][:120]} | | | | | |")
-            continue
-        lines.append(f"| {c['teacher']} | {c['top_k']} | {c['sentences']} | {c['tokens']:,} | {c['seconds']:.1f} s | "
-                     f"{c['teacher_seconds']:.1f} s | {c['size_mib']:.1f} MiB |")
+                         f"{r['median_step_ms']:.1f} ms | {_cell(r.get('time_vs_no_kd'), '{:.2f}')} | "
+                         f"{r['peak_memory_mib']:,.0f} MiB | {_cell(r.get('memory_vs_no_kd'), '{:.2f}')} | "
+                         f"{r['step_memory_mib']:,.0f} MiB | {r['batch_sentences']} / {r['target_tokens']} | "
+                         f"{r['wall_seconds']:.1f} s |")
+        lines += ["", "Teacher caches (made once per teacher, before the cached rows; not in their step time):", "",
+                  "| teacher | top-k | sentences | target tokens | build time | teacher time | size |",
+                  "|---|---|---|---|---|---|---|"]
+        for c in result["teacher_caches"]:
+            if c.get("error"):
+                lines.append(f"| {c['teacher']} | failed: {c['error'][:120]} | | | | | |")
+                continue
+            lines.append(f"| {c['teacher']} | {c['top_k']} | {c['sentences']} | {c['tokens']:,} | {c['seconds']:.1f} s | "
+                         f"{c['teacher_seconds']:.1f} s | {c['size_mib']:.1f} MiB |")
     refs = [r["backend"] for r in result["decoding"] if r["backend"].startswith("fairseq")]
     refs = list(dict.fromkeys(refs))
     lines += ["", "## Seq-KD decoding", "",
-              f"Each teacher translates the same {b['decode_sentences']} synthetic training sources in the same "
+              f"Each {'model' if result.get('stem') == 'decode_speed_cpu' else 'teacher'} translates the same "
+              f"{b['decode_sentences']} synthetic training sources in the same "
               f"length-sorted batches of {b['decode_batch']} sentences, beam {b['beam']}, max length 1.2 · source + "
               f"10; fairseq's generator as fairseq-generate runs it, CTranslate2 from a float32 export loaded with "
               f"the compute type shown; fastest of {b['repeats']} round(s), the backends taking turns.", "",
-              "| teacher | backend | tokens/s | " + " | ".join(f"× {ref}" for ref in refs)
+              f"| {'model' if result.get('stem') == 'decode_speed_cpu' else 'teacher'} | backend | tokens/s | "
+              + " | ".join(f"× {ref}" for ref in refs)
               + " | generated tokens | seconds |",
               "|---|---|---|" + "---|" * len(refs) + "---|---|"]
     for r in result["decoding"]:
@@ -430,13 +447,14 @@ def add_ratios(result: dict):
 def write_outputs(result: dict, out_dir: str):
     add_ratios(result)
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "gpu_bench.json"), "w") as f:
+    stem = result.get("stem", "gpu_bench")
+    with open(os.path.join(out_dir, f"{stem}.json"), "w") as f:
         json.dump(result, f, indent=2)
     try:
         text = render_markdown(result)
     except Exception as e:  # the JSON above holds the numbers; say why the table is missing
-        text = f"# GPU benchmark\n\nrendering failed ({type(e).__name__}: {e}); see gpu_bench.json\n"
-    with open(os.path.join(out_dir, "gpu_bench.md"), "w") as f:
+        text = f"# {stem}\n\nrendering failed ({type(e).__name__}: {e}); see {stem}.json\n"
+    with open(os.path.join(out_dir, f"{stem}.md"), "w") as f:
         f.write(text)
 
 
@@ -501,6 +519,9 @@ def bench(args, mode: str, cuda: bool, work: str) -> dict:
     logging.getLogger().setLevel(logging.WARNING)
 
     teachers, students, precisions, budget, compute_types = plan(mode)
+    # --cpu-decoding: decoding speed of every model, no training, no GPU check
+    decoding_only = mode.startswith("cpu-decoding")
+    decoders = teachers + students if decoding_only else teachers
     if args.steps:
         budget.steps = args.steps
     progress = Progress()
@@ -515,7 +536,7 @@ def bench(args, mode: str, cuda: bool, work: str) -> dict:
               "models": [{**asdict(s), "shape": s.shape(), "role": "teacher" if s in teachers else "student"}
                          for s in teachers + students],
               "teachers": [], "teacher_caches": [], "training": [], "decoding": [], "gpu_check": None,
-              "wall_seconds": 0.0}
+              "wall_seconds": 0.0, "stem": "decode_speed_cpu" if decoding_only else "gpu_bench"}
 
     def checkpoint():
         result["wall_seconds"] = round(progress.elapsed(), 1)
@@ -527,9 +548,9 @@ def bench(args, mode: str, cuda: bool, work: str) -> dict:
                                      budget.max_length)
     progress(f"synthetic corpus: {len(sources)} pairs, vocab {budget.vocab}")
 
-    # teachers at random initialisation, and a cache of each
+    # teachers (with --cpu-decoding every model) at random initialisation, and a cache of each teacher
     paths = {}
-    for spec in teachers:
+    for spec in decoders:
         path = os.path.join(work, spec.name, "checkpoint.pt")
         row = guarded({"name": spec.name}, progress, f"random {spec.name} ({spec.shape()})",
                       lambda: {"parameters": save_random_teacher(spec, data, budget, cuda, path)})
@@ -538,7 +559,7 @@ def bench(args, mode: str, cuda: bool, work: str) -> dict:
         if not row.get("error"):
             paths[spec.name] = path
     caches = {}
-    for spec in teachers:
+    for spec in ([] if decoding_only else teachers):
         out = os.path.join(work, spec.name, f"cache-top{budget.top_k}")
         row = {"teacher": spec.name}
         if spec.name not in paths:
@@ -554,7 +575,7 @@ def bench(args, mode: str, cuda: bool, work: str) -> dict:
     # training steps
     shapes = {t.name: t.shape() for t in teachers}
     base = common_flags(data, budget, cuda) + ["--task", "translation_distill"]
-    for precision in precisions:
+    for precision in precisions:  # none with --cpu-decoding
         for spec in students:
             runs = [("none", None)] + [(kd, t.name) for kd in ("online", "cached") for t in teachers]
             for kd, teacher in runs:
@@ -592,7 +613,7 @@ def bench(args, mode: str, cuda: bool, work: str) -> dict:
     lines = [" ".join(s) for s in sources[:budget.decode_sentences]]
     device = "cuda" if cuda else "cpu"
     fairseq_precisions = ["float32", "float16"] if cuda else ["float32"]
-    for spec in teachers:
+    for spec in decoders:
         backends = []  # (row, translator)
         for precision in fairseq_precisions:
             row = {"teacher": spec.name, "teacher_shape": spec.shape(), "backend": f"fairseq {precision}",
@@ -657,7 +678,8 @@ def bench(args, mode: str, cuda: bool, work: str) -> dict:
         free_memory()
         checkpoint()
 
-    result["gpu_check"] = run_gpu_check(args, cuda, progress)
+    if not decoding_only:
+        result["gpu_check"] = run_gpu_check(args, cuda, progress)
     checkpoint()
     return result
 
@@ -669,6 +691,10 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="fewer steps, sentences and gpu_check cases")
     p.add_argument("--cpu-smoke", action="store_true",
                    help="without CUDA: run the measuring code on the CPU at tiny sizes, fp32 (for the tests)")
+    p.add_argument("--cpu-decoding", action="store_true",
+                   help="on the CPU, decoding speed only: a 6+6 teacher and 2+2 / 3+3 students at the papers' "
+                        "width (d=512), random weights, fairseq against CTranslate2 float32 and int8 on the same "
+                        "batches; writes decode_speed_cpu.json/.md (with --cpu-smoke: tiny models, for the tests)")
     p.add_argument("--steps", type=int, help="timed training steps per row (default: the mode's)")
     p.add_argument("--work", help="keep the synthetic data, checkpoints, caches and exports here "
                                   "(default: a temporary directory, removed)")
@@ -677,7 +703,7 @@ def main(argv=None):
                         "'--updates 5 --cases word_kd,word_kd_cached')")
     p.add_argument("--gpu-check-timeout", type=int, default=420, help="seconds before gpu_check is stopped")
     args = p.parse_args(argv)
-    if args.cpu_smoke:  # the CPU even where there is a GPU (before torch looks for one)
+    if args.cpu_smoke or args.cpu_decoding:  # the CPU even where there is a GPU (before torch looks for one)
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     if args.gpu_check_args is None:
         args.gpu_check_args = "--updates 5 --cases word_kd,word_kd_cached" if args.quick else "--updates 10"
@@ -685,11 +711,14 @@ def main(argv=None):
     import torch
 
     cuda = torch.cuda.is_available()
-    if not cuda and not args.cpu_smoke:
+    if not cuda and not (args.cpu_smoke or args.cpu_decoding):
         print(NO_CUDA)
         return 0
-    mode = "quick" if args.quick and cuda else ("full" if cuda else "cpu-smoke")
-    if not cuda:
+    if args.cpu_decoding:
+        mode = "cpu-decoding-smoke" if args.cpu_smoke else "cpu-decoding"
+    else:
+        mode = "quick" if args.quick and cuda else ("full" if cuda else "cpu-smoke")
+    if mode in ("cpu-smoke", "cpu-decoding-smoke"):
         # tiny models gain nothing from threads, and on a busy machine their spinning slows
         # each step down many times over
         torch.set_num_threads(1)
@@ -700,7 +729,8 @@ def main(argv=None):
         with tempfile.TemporaryDirectory(prefix="gpu_bench-") as work:
             result = bench(args, mode, cuda, work)
     failed = failures(result)
-    print(f"[gpu_bench] wrote {os.path.join(args.out, 'gpu_bench.json')} and gpu_bench.md "
+    stem = result.get("stem", "gpu_bench")
+    print(f"[gpu_bench] wrote {os.path.join(args.out, stem + '.json')} and {stem}.md "
           f"({result['wall_seconds']:.0f} s)")
     if failed:
         print(f"[gpu_bench] {len(failed)} measurement(s) FAILED:")

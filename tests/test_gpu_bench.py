@@ -1,6 +1,7 @@
 """bench/gpu_bench.py: without CUDA it says so, exits 0 and writes nothing; --cpu-smoke runs its
 measuring code on the CPU at tiny sizes and writes the JSON and Markdown; its pure parts."""
 import json
+import subprocess
 import os
 import sys
 
@@ -210,3 +211,22 @@ def test_bf16_trains_in_process_without_the_tpu_fairseq_implies(tmp_path):
     finally:
         torch.set_num_threads(threads)
     assert row["median_step_ms"] > 0 and row["target_tokens"] > 0
+
+
+@pytest.mark.slow
+def test_cpu_decoding_mode_measures_every_model_on_both_backends(tmp_path):
+    """--cpu-decoding (issue 36's decoding benchmark at the papers' width; here its tiny form):
+    the teacher and the students, each with fairseq and CTranslate2 on the same batches, no
+    training rows and no GPU check; decode_speed_cpu.json/.md, not gpu_bench.*."""
+    proc = subprocess.run([sys.executable, SCRIPT, "--cpu-decoding", "--cpu-smoke", "--out", str(tmp_path)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert sorted(os.listdir(tmp_path)) == ["decode_speed_cpu.json", "decode_speed_cpu.md"]
+    result = json.load(open(tmp_path / "decode_speed_cpu.json"))
+    assert result["mode"] == "cpu-decoding-smoke" and not result["training"] and result["gpu_check"] is None
+    rows = {(r["teacher"], r["backend"]): r for r in result["decoding"]}
+    assert set(rows) == {(m, b) for m in ("teacher", "student-1+1")
+                         for b in ("fairseq float32", "ctranslate2 float32", "ctranslate2 int8")}
+    assert all(r["tokens_per_second"] > 0 and r["ratios"]["fairseq float32"] > 0 for r in rows.values())
+    text = open(tmp_path / "decode_speed_cpu.md", encoding="utf-8").read()
+    assert text.startswith("# Decoding speed on the CPU") and "## Training step" not in text

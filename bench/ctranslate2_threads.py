@@ -47,13 +47,14 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join(BENCH, "results"))
     p.add_argument("--sentences", type=int, default=256)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--smoke", action="store_true", help="a tiny teacher, for the tests")
     args = p.parse_args(argv)
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import ctranslate2
 
     from fairseq_distill.deploy.ctranslate2_export import export_ctranslate2
 
-    teachers, _, _, budget, _ = gpu_bench.plan("cpu-decoding")
+    teachers, _, _, budget, _ = gpu_bench.plan("cpu-decoding-smoke" if args.smoke else "cpu-decoding")
     spec, cores = teachers[0], os.cpu_count() or 1
     rows = list(configurations(cores))
     with tempfile.TemporaryDirectory(prefix="ct2-threads-") as work:

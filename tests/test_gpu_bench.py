@@ -230,3 +230,17 @@ def test_cpu_decoding_mode_measures_every_model_on_both_backends(tmp_path):
     assert all(r["tokens_per_second"] > 0 and r["ratios"]["fairseq float32"] > 0 for r in rows.values())
     text = open(tmp_path / "decode_speed_cpu.md", encoding="utf-8").read()
     assert text.startswith("# Decoding speed on the CPU") and "## Training step" not in text
+
+
+@pytest.mark.slow
+def test_ctranslate2_thread_profile_writes_every_configuration(tmp_path):
+    script = os.path.join(REPO, "bench", "ctranslate2_threads.py")
+    proc = subprocess.run([sys.executable, script, "--smoke", "--sentences", "8", "--rounds", "1", "--out", str(tmp_path)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    result = json.load(open(tmp_path / "ctranslate2_threads.json"))
+    cores = os.cpu_count()
+    splits = {(1, cores), (cores, 1)} | ({(2, cores // 2)} if cores >= 4 else set())
+    assert {(r["inter_threads"], r["intra_threads"]) for r in result["rows"]} == splits
+    assert len(result["rows"]) == 2 * len(splits) * 3 and all(r["tokens_per_second"] > 0 for r in result["rows"])
+    assert (tmp_path / "ctranslate2_threads.md").read_text().count("\n| ") == len(result["rows"]) + 1

@@ -65,6 +65,19 @@ def finished_shard(args, settings: dict) -> bool:
     return header.get("settings") == json.loads(json.dumps(settings))
 
 
+def write_shard(work: str, shard_id: int, num_shards: int, settings: dict, stats: dict, records) -> str:
+    """A shard file: a header line (``settings``, ``stats``), then one JSON record per sentence;
+    written whole, then renamed, so a shard file exists only once it is complete."""
+    out = shard_path(work, shard_id, num_shards)
+    header = {"shard": shard_id, "num_shards": num_shards, "settings": settings, "stats": stats}
+    with open(out + ".tmp", "w", encoding="utf-8") as f:
+        f.write(json.dumps(header, ensure_ascii=False) + "\n")
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    os.replace(out + ".tmp", out)
+    return out
+
+
 def generate_shard(args, src, tgt, inputs: Inputs, settings: dict, teacher=None):
     """Decode shard ``args.shard_id`` and write its file: a header line (``settings``, counts),
     then one record per sentence: ``{"id", "hyp"}``, plus ``"nbest"`` (best first) when N > 1."""
@@ -73,16 +86,13 @@ def generate_shard(args, src, tgt, inputs: Inputs, settings: dict, teacher=None)
         nbest, seconds, stats = generate_ctranslate2(args, inputs, teacher)
     else:
         nbest, seconds, stats = generate_fairseq(args, src, tgt, inputs)
-    out = shard_path(args.work, args.shard_id, args.num_shards)
-    header = {"shard": args.shard_id, "num_shards": args.num_shards, "settings": settings,
-              "stats": {"sentences": len(nbest), "decode_seconds": round(seconds, 1), **stats}}
-    with open(out + ".tmp", "w", encoding="utf-8") as f:
-        f.write(json.dumps(header, ensure_ascii=False) + "\n")
-        for sid in sorted(nbest):
-            record = {"id": sid, "hyp": nbest[sid][0] if nbest[sid] else ""}
-            if args.nbest > 1:
-                record["nbest"] = nbest[sid]
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(out + ".tmp", out)  # a shard file exists only once it is complete
+    records = []
+    for sid in sorted(nbest):
+        record = {"id": sid, "hyp": nbest[sid][0] if nbest[sid] else ""}
+        if args.nbest > 1:
+            record["nbest"] = nbest[sid]
+        records.append(record)
+    out = write_shard(args.work, args.shard_id, args.num_shards, settings,
+                      {"sentences": len(nbest), "decode_seconds": round(seconds, 1), **stats}, records)
     print(f"[seqkd] shard {args.shard_id}/{args.num_shards} ({args.backend}): {len(nbest):,} sentences "
           f"in {seconds:.0f}s -> {out}")

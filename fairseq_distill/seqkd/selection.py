@@ -70,11 +70,13 @@ def collect(results, progress) -> List[int]:
     return chosen
 
 
-def chrf_scores(hyps: Sequence[str], ref: str) -> List[float]:
-    """``CHRF().sentence_score(h, [ref]).score`` for each h, with the reference analysed once."""
-    from sacrebleu.metrics import CHRF
+def chrf_scores(hyps: Sequence[str], ref: str, chrf=None) -> List[float]:
+    """``CHRF().sentence_score(h, [ref]).score`` for each h, with the reference analysed once
+    (``chrf``: a sacreBLEU ``CHRF()`` to reuse across sentences)."""
+    if chrf is None:
+        from sacrebleu.metrics import CHRF
 
-    chrf = CHRF()
+        chrf = CHRF()
     try:
         cached = chrf._cache_references([[ref]])[0]
         return [chrf._compute_score_from_stats(
@@ -84,12 +86,15 @@ def chrf_scores(hyps: Sequence[str], ref: str) -> List[float]:
 
 
 def best_by_chrf(chunk) -> List[int]:
+    from sacrebleu.metrics import CHRF
+
     nbest, references = chunk
+    chrf = CHRF()  # one scorer for the chunk: it holds no per-sentence state
     picks = []
     for hyps, ref in zip(nbest, references):
         best, pick = None, 0
         if ref is not None and len(hyps) > 1:
-            for k, score in enumerate(chrf_scores(hyps, ref)):
+            for k, score in enumerate(chrf_scores(hyps, ref, chrf)):
                 if best is None or score > best:  # strictly better: a tie keeps the earlier one
                     best, pick = score, k
         picks.append(pick)

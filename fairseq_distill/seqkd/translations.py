@@ -5,11 +5,10 @@ with the corpus's own subword model and then merged exactly like a decoded shard
 (:mod:`fairseq_distill.seqkd.merge`): counts checked, an empty line handled as
 ``--on-missing`` says, ``--max-len-ratio`` applied, binarized with the student's dictionaries.
 """
-import json
 import os
 
 from fairseq_distill.errors import DistillError
-from fairseq_distill.seqkd.inputs import shard_path
+from fairseq_distill.seqkd.decode import write_shard
 from fairseq_distill.seqkd.monolingual import describe_source
 from fairseq_distill.text.files import read_lines
 from fairseq_distill.text.segmentation import META_FILE, Segmenter, load_meta
@@ -44,13 +43,8 @@ def translations_shard(args, sources) -> dict:
     settings = {"backend": "translations file", "teacher_translations": info, "subset": args.subset,
                 "nbest": 1, "source": None}
     os.makedirs(args.work, exist_ok=True)
-    path = shard_path(args.work, 0, 1)
-    header = {"shard": 0, "num_shards": 1, "settings": settings, "stats": {"sentences": len(lines)}}
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(json.dumps(header, ensure_ascii=False) + "\n")
-        for i, hyp in enumerate(segmented):
-            f.write(json.dumps({"id": i, "hyp": hyp}, ensure_ascii=False) + "\n")
-    os.replace(path + ".tmp", path)
+    write_shard(args.work, 0, 1, settings, {"sentences": len(lines)},
+                ({"id": i, "hyp": hyp} for i, hyp in enumerate(segmented)))
     print(f"[seqkd] {OPTION}: {len(lines):,} translations from {args.teacher_translations}, segmented "
           f"with the corpus's subword model")
     return settings

@@ -24,5 +24,12 @@ fi
 # fairseq builds C++/Cython extensions against the installed torch: build without isolation
 pip_install numpy cython
 pip_install --no-build-isolation -e ".[test]"
+# fairseq lists torchaudio, and pip picks a build for another torch (a CUDA one beside torch's CPU
+# build), which fails to load. fairseq's translation code never imports it, but transformers does
+# when it is installed (its model classes, CTranslate2's converter): remove one that cannot load.
+if "$PY" -m pip show torchaudio >/dev/null 2>&1 && ! "$PY" -c "import torchaudio" >/dev/null 2>&1; then
+  echo "[setup] removing torchaudio: it cannot load beside this torch (fairseq's translation code does not use it)"
+  "$PY" -m pip uninstall -y torchaudio >>"$LOG" 2>&1
+fi
 "$PY" -c "import fairseq_distill, fairseq, torch; print(f'[setup] fairseq {fairseq.__version__}, torch {torch.__version__}')"
 echo "$WANT" > "$STAMP"

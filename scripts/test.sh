@@ -5,6 +5,10 @@
 #   scripts/test.sh [all] [ARGS]  the fast tier, then the slow one (-m slow: fairseq-train,
 #                                 fairseq-generate and fsd-* runs in subprocesses); each test once,
 #                                 and a failing fast tier ends the run before the slow one
+# The slow tier runs on one pytest-xdist worker per core (TEST_WORKERS=N to choose, 0 for none),
+# each test file on one worker (its module fixtures are made once), one thread per worker
+# (tests/conftest.py): most of its time is process start-up and tiny models, which one core runs
+# as fast as two.
 # A tier that selects no tests fails, unless ARGS narrowed the selection and the other tier ran tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +34,7 @@ if [ "$fast" -ne 0 ] && [ "$fast" -ne 5 ]; then
   echo "[test] the fast tier failed (exit $fast); the slow tier was not run"
   exit "$fast"
 fi
-run_tier slow "slow" "$@"
+run_tier slow "slow" -n "${TEST_WORKERS:-auto}" --dist loadfile "$@"
 slow=$rc
 if [ "$slow" -ne 0 ] && [ "$slow" -ne 5 ]; then
   exit "$slow"

@@ -10,7 +10,14 @@ itself fails, saying so."""
 import os
 import subprocess
 
-import pytest
+# Under pytest-xdist (scripts/test.sh runs the slow tier on one worker per core) each worker and
+# the processes it starts use one thread: two workers of two threads each on two cores would
+# oversubscribe them. Set before torch is imported, which reads it once.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, "1")
+
+import pytest  # noqa: E402
 
 from helpers import DEEP_TEACHER, TRAIN_FLAGS, fairseq_train, prepare_corpus_argv, python_module, run, \
     write_raw_corpus
@@ -81,3 +88,15 @@ def deep_teacher(tiny_data, tmp_path_factory):
     run(python_module("fairseq_cli.train", tiny_data, *TRAIN_FLAGS, *DEEP_TEACHER, "--save-dir", str(save),
                       "--max-update", "20", "--criterion", "label_smoothed_cross_entropy"))
     return str(save / "checkpoint_last.pt")
+
+
+@pytest.fixture(scope="session")
+def fluent_teacher(tiny_data, tmp_path_factory):
+    """A small teacher trained until it writes real sentences that mostly end before the limit
+    (as tests/test_ctranslate2.py's student): the CTranslate2 tests' teacher."""
+    root = tmp_path_factory.mktemp("fluent_teacher")
+    wide = [f"--{side}-{what}" for side in ("encoder", "decoder") for what in ("embed-dim", "ffn-embed-dim")]
+    fairseq_train(tiny_data, str(root), "--criterion", "label_smoothed_cross_entropy",
+                  "--max-update", "150", "--lr", "0.005", "--log-interval", "50",
+                  *[x for flag, dim in zip(wide, ("32", "64", "32", "64")) for x in (flag, dim)])
+    return str(root / "checkpoint_last.pt")

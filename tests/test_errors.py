@@ -47,6 +47,7 @@ def test_a_pretrained_model_directory_is_refused_as_a_teacher_with_the_way_it_ca
         (tmp_path / name).write_text("{}")
     with pytest.raises(DistillError, match=kind) as raised:
         load_teacher(str(tmp_path), task)
+    assert "fsd-seqkd --teacher-ctranslate2 DIR" in str(raised.value)
     assert "fsd-seqkd --teacher-translations FILE" in str(raised.value)
 
 

@@ -760,3 +760,26 @@ def test_the_runner_keeps_library_warnings_in_each_steps_log(monkeypatch):
     with warnings.catch_warnings():
         quiet.install()
         assert any(isinstance(f, quiet.DropMessage) for f in logger.filters)
+
+
+def test_an_external_seqkd_step_exports_the_teacher_and_teaches_it_as_a_pretrained_model():
+    """configs/external_teacher.yaml (issue 35's measurement): ``external: true`` exports the
+    teacher with fsd-export-ctranslate2 and passes the export to --teacher-ctranslate2; the
+    other seq-KD step is the ctranslate2 backend on the checkpoint, with the same options."""
+    from bench.runner.config import load_checked
+    from bench.runner.plan import Plan
+
+    plan = Plan(load_checked(os.path.join(REPO, "configs", "external_teacher.yaml")),
+                "configs/external_teacher.yaml", "/work")
+    assert plan.keys["teacher"] == DEMO_KEYS["teacher"] and plan.keys["student"] == DEMO_KEYS["student"]
+    external, backend = plan.commands(plan.by_name["seqkd-external"]), plan.commands(plan.by_name["seqkd-backend"])
+    teacher = plan.output_of("teacher", "checkpoint")
+    exported = os.path.join(plan.step_dir(plan.by_name["seqkd-external"]), "teacher-ctranslate2")
+    assert external[0] == ["fsd-export-ctranslate2", teacher, plan.data_bin, exported, "--quantization", "float32",
+                           "--force"]
+    assert external[1][:3] == ["fsd-seqkd", "--teacher-ctranslate2", exported] and "--external" not in external[1]
+    assert backend == [["fsd-seqkd", "--teacher", teacher, *backend[0][3:]]]
+    # the same decoding options, but for the backend switch
+    options = lambda argv: [a for a in argv[argv.index("--work") + 2:] if a not in ("--backend", "ctranslate2")]
+    assert options(external[1]) == options(backend[0]) == ["--beam", "4", "--batch-size", "128", "--compute-type",
+                                                          "int8", "--threads", "2"]

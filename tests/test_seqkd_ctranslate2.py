@@ -160,18 +160,6 @@ def test_greedy_ctranslate2_equals_fairseq_and_keeps_the_length_rule(tiny_data, 
     assert summary_of(outs["ctranslate2"])["hypotheses_at_length_limit"] == sum(n == l for n, l in lengths)
 
 
-@pytest.fixture(scope="module")
-def fluent_teacher(tiny_data, tmp_path_factory):
-    """A small teacher trained until it writes real sentences that mostly end before the limit
-    (as tests/test_ctranslate2.py's student)."""
-    root = tmp_path_factory.mktemp("fluent_teacher")
-    wide = [f"--{side}-{what}" for side in ("encoder", "decoder") for what in ("embed-dim", "ffn-embed-dim")]
-    fairseq_train(tiny_data, str(root), "--criterion", "label_smoothed_cross_entropy",
-                  "--max-update", "150", "--lr", "0.005", "--log-interval", "50",
-                  *[x for flag, dim in zip(wide, ("32", "64", "32", "64")) for x in (flag, dim)])
-    return str(root / "checkpoint_last.pt")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("lenpen", [1.0, 0.0, 2.0])
 def test_beam_search_equals_fairseqs_with_its_length_penalty(tiny_data, fluent_teacher, tmp_path, lenpen):

@@ -35,6 +35,7 @@ TOOL_MODULES = {
     "fsd-evaluate": "fairseq_distill.cli.evaluate",
     "fsd-seqkd": "fairseq_distill.cli.seqkd",
     "fsd-cache-teacher": "fairseq_distill.cli.cache_teacher",
+    "fsd-export-ctranslate2": "fairseq_distill.cli.export_ctranslate2",
 }
 LOG_NAME = "step.log"
 # steps that make data from a teacher: what they do, their record, the summary of their record

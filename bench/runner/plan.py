@@ -212,12 +212,19 @@ class Plan:
                 ["fsd-evaluate", exported, self.data_bin, "--subset", "test", "--beam", str(ev["beam"]),
                  "--batch-size", str(ev["batch-size"]), "--lenpen", str(ev["lenpen"])]]
 
-    def seqkd_command(self, step) -> List[str]:
+    def seqkd_commands(self, step) -> List[List[str]]:
+        """``seqkd: {teacher: STEP, ...}``: fsd-seqkd. With ``external: true`` the teacher is first
+        exported with fsd-export-ctranslate2 and then taught as a pretrained model would
+        (``--teacher-ctranslate2``: raw text in, text out), as issue 35's measurement needs."""
         opts = dict(step["seqkd"])
         teacher = self.output_of(opts.pop("teacher"), "checkpoint")
         stepdir = self.step_dir(step)
-        return ["fsd-seqkd", "--teacher", teacher, "--data", self.data_bin, "--out", os.path.join(stepdir, "bin"),
-                "--work", os.path.join(stepdir, "work"), *flags(opts)]
+        where = ["--data", self.data_bin, "--out", os.path.join(stepdir, "bin"), "--work", os.path.join(stepdir, "work")]
+        if not opts.pop("external", False):
+            return [["fsd-seqkd", "--teacher", teacher, *where, *flags(opts)]]
+        exported = os.path.join(stepdir, "teacher-ctranslate2")
+        return [["fsd-export-ctranslate2", teacher, self.data_bin, exported, "--quantization", "float32", "--force"],
+                ["fsd-seqkd", "--teacher-ctranslate2", exported, *where, *flags(opts)]]
 
     def cache_command(self, step) -> List[str]:
         """``cache: {teacher: STEP, top-k: K, [data: SEQKD_STEP], ...}``: fsd-cache-teacher."""
@@ -232,7 +239,7 @@ class Plan:
         from its own checkpoint_last.pt (``first_launch=False``) neither extracts its
         starting point again nor restarts from it."""
         if "seqkd" in step:
-            return [self.seqkd_command(step)]
+            return self.seqkd_commands(step)
         if "cache" in step:
             return [self.cache_command(step)]
         return ([self.extraction_command(step)] if step.get("init") and first_launch else []) + [

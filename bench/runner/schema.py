@@ -140,8 +140,8 @@ def check_tool_options(cfg: dict, path: str):
                 continue
             valid = tool_option_names(kind) - RUNNER_SET[kind]
             for key in step[kind]:
-                if key in ("teacher", "data"):
-                    continue  # names a step
+                if key in ("teacher", "data") or (kind, key) == ("seqkd", "external"):
+                    continue  # names a step; or the runner's own switch (plan.Plan.seqkd_commands)
                 if key in RUNNER_SET[kind]:
                     raise DistillError(f"{path}: step '{step['name']}': {kind} option '{key}' is set by the runner")
                 if key not in valid:

@@ -12,6 +12,10 @@ binarized with the teacher's dictionaries into a new data directory.
     # translations made elsewhere (an LLM, a pretrained model): one line per training sentence
     fsd-seqkd --teacher-translations train.hyp.en --data data-bin --out data-bin-seqkd
 
+    # a pretrained CTranslate2 model as the teacher (OPUS-MT, NLLB-200, ...: docs/methods/seqkd.md),
+    # reading the raw source with its own tokenizer; the output is segmented as the corpus was
+    fsd-seqkd --teacher-ctranslate2 opus-mt-de-en --data data-bin --out data-bin-seqkd --compute-type int8
+
     # the teacher in CTranslate2 (converted once into the work directory), 4-best lists,
     # the hypothesis closest to the reference by chrF kept, extra monolingual source translated
     fsd-seqkd --teacher teacher.pt --data data-bin --out data-bin-seqkd --backend ctranslate2 \\
@@ -47,6 +51,27 @@ def build_parser():
                    help="instead of a teacher model: a file of its translations (e.g. an LLM's), raw text, one "
                    "line per training sentence in corpus order; segmented with the corpus's subword model "
                    "and merged like decoded shards (empty lines: --on-missing)")
+    external = p.add_argument_group("a pretrained CTranslate2 teacher (its own vocabulary and tokenizer)")
+    external.add_argument("--teacher-ctranslate2", metavar="DIR",
+                          help="instead of a fairseq teacher: a CTranslate2 model directory (e.g. OPUS-MT or NLLB-200 "
+                          "converted with ct2-transformers-converter); it translates the raw training source, and "
+                          "its output is segmented with the corpus's subword model")
+    external.add_argument("--teacher-tokenizer", metavar="PATH",
+                          help="its tokenizer: a sentencepiece model file (OPUS-MT's source.spm) or a Hugging Face "
+                          "tokenizer directory (needs transformers); default: found in DIR")
+    external.add_argument("--teacher-target-tokenizer", metavar="FILE",
+                          help="a sentencepiece model for its output when it differs from the source's (default: "
+                          "target.spm beside source.spm)")
+    external.add_argument("--teacher-source-prefix", metavar="LANG",
+                          help="the source language: a Hugging Face tokenizer's src_lang (NLLB-200's eng_Latn, "
+                          "M2M-100's en), or with a bare sentencepiece model a token put first")
+    external.add_argument("--teacher-target-prefix", metavar="TOKEN",
+                          help="the token forced first in every translation, e.g. deu_Latn (NLLB-200) or __de__ "
+                          "(M2M-100); removed from the output")
+    external.add_argument("--raw-train-source", metavar="FILE",
+                          help="the raw training source, one line per training sentence, checked against the "
+                          "binarized one (default: the binarized source desegmented)")
+    external.add_argument("--device", default="auto", help="auto (cuda when CTranslate2 sees a GPU), cpu or cuda")
     p.add_argument("--data", required=True, help="binarized data directory of the original corpus")
     p.add_argument("--out", help="new binarized data directory (needed unless only generating a shard)")
     p.add_argument("--work", help="directory for shard outputs, the converted teacher and the binarized "
@@ -58,11 +83,11 @@ def build_parser():
                    "teacher converted once to CTranslate2 (cached in the work directory), faster on CPUs "
                    "(default: fairseq)")
     p.add_argument("--compute-type", default=None,
-                   help="CTranslate2's compute type, e.g. float32 (default), int8, int8_float32, float16 on a "
-                   "GPU; the ones this machine supports are checked (ctranslate2 backend only)")
+                   help="CTranslate2's compute type, e.g. float32 (default; with --teacher-ctranslate2: the model's own), int8, int8_float32, float16 on a "
+                   "GPU; the ones this machine supports are checked (CTranslate2 decoding only)")
     p.add_argument("--threads", type=int, default=None,
                    help="CTranslate2's CPU threads (default: all cores); on a machine busy with other work "
-                   "use fewer, as idle OpenMP threads spin (ctranslate2 backend only)")
+                   "use fewer, as idle OpenMP threads spin (CTranslate2 decoding only)")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--lenpen", type=float, default=1.0,
                    help="fairseq's length penalty: finished hypotheses rank by log-probability / "

@@ -68,6 +68,7 @@ def finished_shard(args, settings: dict) -> bool:
 def write_shard(work: str, shard_id: int, num_shards: int, settings: dict, stats: dict, records) -> str:
     """A shard file: a header line (``settings``, ``stats``), then one JSON record per sentence;
     written whole, then renamed, so a shard file exists only once it is complete."""
+    os.makedirs(work, exist_ok=True)
     out = shard_path(work, shard_id, num_shards)
     header = {"shard": shard_id, "num_shards": num_shards, "settings": settings, "stats": stats}
     with open(out + ".tmp", "w", encoding="utf-8") as f:

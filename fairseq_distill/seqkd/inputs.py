@@ -19,6 +19,13 @@ class SeqKDJob:
     data: str
     teacher: Optional[str] = None  # ':'-separated for an ensemble
     teacher_translations: Optional[str] = None  # a file of translations instead of a teacher model
+    teacher_ctranslate2: Optional[str] = None  # a pretrained CTranslate2 model directory (seqkd/external.py)
+    teacher_tokenizer: Optional[str] = None  # its tokenizer (default: found in the directory)
+    teacher_target_tokenizer: Optional[str] = None  # a sentencepiece model for its output, if another
+    teacher_source_prefix: Optional[str] = None  # e.g. NLLB's eng_Latn
+    teacher_target_prefix: Optional[str] = None  # e.g. NLLB's deu_Latn
+    raw_train_source: Optional[str] = None  # the raw training source (default: the binarized one, desegmented)
+    device: str = "auto"  # the CTranslate2 model's device
     out: Optional[str] = None
     work: Optional[str] = None  # shard outputs; default OUT.work
     subset: str = "train"
@@ -78,9 +85,13 @@ def check_options(args: SeqKDJob):
     """Refuse bad options before anything runs, naming what is valid."""
     if args.backend not in BACKENDS:
         raise DistillError(f"unknown --backend '{args.backend}'; choose one of {', '.join(BACKENDS)}")
+    from fairseq_distill.seqkd.external import check_external_options
+
+    check_external_options(args)
     for flag, value in (("--compute-type", args.compute_type), ("--threads", args.threads)):
-        if value is not None and args.backend != "ctranslate2":
-            raise DistillError(f"{flag} applies to --backend ctranslate2 only (the backend is {args.backend})")
+        if value is not None and args.backend != "ctranslate2" and not args.teacher_ctranslate2:
+            raise DistillError(f"{flag} applies to CTranslate2 decoding only: --backend ctranslate2 or "
+                               f"--teacher-ctranslate2 (the backend is {args.backend})")
     if args.threads is not None and args.threads < 1:
         raise DistillError(f"--threads must be at least 1, got {args.threads}")
     if args.beam < 1:

@@ -42,6 +42,78 @@ from fairseq_distill.seqkd.inputs import (Inputs, SeqKDJob, check_options, check
 from fairseq_distill.seqkd.merge import merge
 
 
+def fairseq_teacher(args: SeqKDJob, src: str, tgt: str, sources):
+    """A fairseq teacher on the corpus's dictionaries, decoded by either backend: the inputs,
+    the shards' settings, and the function that decodes shard ``args.shard_id``."""
+    paths, states = read_teachers(args.teacher, args.data, src, tgt, args.allow_size_only_dictionary_check)
+    from fairseq_distill.seqkd.ctranslate2_backend import max_source_positions
+
+    max_positions = min(max_source_positions(s) for s in states)
+    check_source_lengths(sources, args.data, args.subset, max_positions, "the teacher's source positions")
+    if args.max_tokens:
+        check_source_lengths(sources, args.data, args.subset, args.max_tokens, "--max-tokens")
+    teacher = None
+    if args.backend == "ctranslate2":
+        from fairseq_distill.seqkd import ctranslate2_backend as ct2
+
+        ct2.check_convertible(paths, states)
+        ct2.check_compute_type(args.compute_type or ct2.DEFAULT_COMPUTE_TYPE)
+    mono_info = mono_dir = None
+    if args.source:
+        from fairseq_distill.seqkd.monolingual import describe_source, prepare_source
+
+        mono_info = describe_source(args.source)
+        mono_dir = prepare_source(args.source, args.data, src, tgt, args.work, max_positions, mono_info)
+    inputs = Inputs(args, src, tgt, mono_dir)
+    settings = decoding_settings(args, paths, mono_info)
+    if args.backend == "ctranslate2":
+        teacher = ct2.CTranslate2Teacher(
+            paths[0], states[0], args.data, src, tgt, args.work,
+            ct2.Decoding(beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
+                         max_len_b=args.max_len_b, nbest=args.nbest, batch_size=args.batch_size,
+                         max_tokens=args.max_tokens),
+            args.compute_type or ct2.DEFAULT_COMPUTE_TYPE, args.threads)
+    del states  # the teacher weights are not needed in memory while decoding
+    return inputs, settings, lambda: generate_shard(args, src, tgt, inputs, settings, teacher)
+
+
+def external_teacher(args: SeqKDJob, src: str, tgt: str, sources):
+    """A pretrained CTranslate2 model (:mod:`fairseq_distill.seqkd.external`): as :func:`fairseq_teacher`."""
+    from fairseq_distill.seqkd.external import ExternalTeacher, external_shard, raw_training_source
+    from fairseq_distill.seqkd.monolingual import describe_source, prepare_source
+    from fairseq_distill.text.files import read_lines
+    from fairseq_distill.text.segmentation import normalize_whitespace
+
+    texts = raw_training_source(args, sources)
+    teacher = ExternalTeacher(args)
+    mono_info = mono_dir = None
+    if args.source:
+        mono_info = describe_source(args.source)
+        mono_dir = prepare_source(args.source, args.data, src, tgt, args.work, None, mono_info)
+        texts += [normalize_whitespace(line) for line in read_lines(args.source, what="--source ")]
+    inputs = Inputs(args, src, tgt, mono_dir)
+    settings = {**teacher.settings(), "raw_train_source": describe_source(args.raw_train_source)
+                if args.raw_train_source else "desegmented", "source": mono_info}
+    return inputs, settings, lambda: external_shard(args, teacher, texts, settings)
+
+
+def decode_shards(args: SeqKDJob, settings: dict, generate) -> Optional[float]:
+    """Decode the shards asked for, keeping those already decoded with ``settings``; the
+    seconds taken, or None when only one shard of many was asked for (merged later)."""
+    shard_ids = [args.shard_id] if args.shard_id is not None else range(args.num_shards)
+    started = time.time()
+    for shard_id in shard_ids:
+        args.shard_id = shard_id
+        if finished_shard(args, settings):
+            print(f"[seqkd] shard {shard_id}/{args.num_shards}: kept from an earlier run with the same "
+                  f"settings ({shard_path(args.work, shard_id, args.num_shards)})")
+            continue
+        generate()
+    if len(shard_ids) != args.num_shards:
+        return None
+    return time.time() - started
+
+
 def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
     """Generate the shards ``args`` asks for and, when all exist, merge them into ``args.out``;
     returns the merge's summary (None after one shard of many)."""
@@ -71,54 +143,19 @@ def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
             raise DistillError("--out is required: the new data directory")
         translations_shard(args, sources)
         decode_seconds = None  # nothing was decoded: the one shard is merged
-    elif not args.merge:
-        if not args.teacher:
-            raise DistillError("pass --teacher CHECKPOINT to decode (or --teacher-translations FILE: translations made elsewhere)")
-        paths, states = read_teachers(args.teacher, args.data, src, tgt, args.allow_size_only_dictionary_check)
-        from fairseq_distill.seqkd.ctranslate2_backend import max_source_positions
-
-        check_source_lengths(sources, args.data, args.subset, min(max_source_positions(s) for s in states),
-                             "the teacher's source positions")
-        if args.max_tokens:
-            check_source_lengths(sources, args.data, args.subset, args.max_tokens, "--max-tokens")
-        teacher = None
-        if args.backend == "ctranslate2":
-            from fairseq_distill.seqkd import ctranslate2_backend as ct2
-
-            ct2.check_convertible(paths, states)
-            ct2.check_compute_type(args.compute_type or ct2.DEFAULT_COMPUTE_TYPE)
-        mono_info = mono_dir = None
-        if args.source:
-            from fairseq_distill.seqkd.ctranslate2_backend import max_source_positions
-            from fairseq_distill.seqkd.monolingual import describe_source, prepare_source
-
-            mono_info = describe_source(args.source)
-            mono_dir = prepare_source(args.source, args.data, src, tgt, args.work,
-                                      min(max_source_positions(s) for s in states), mono_info)
-        inputs = Inputs(args, src, tgt, mono_dir)
-        settings = decoding_settings(args, paths, mono_info)
-        if args.backend == "ctranslate2":
-            teacher = ct2.CTranslate2Teacher(
-                paths[0], states[0], args.data, src, tgt, args.work,
-                ct2.Decoding(beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
-                             max_len_b=args.max_len_b, nbest=args.nbest, batch_size=args.batch_size,
-                             max_tokens=args.max_tokens),
-                args.compute_type or ct2.DEFAULT_COMPUTE_TYPE, args.threads)
-        del states  # the teacher weights are not needed in memory while decoding
-        shard_ids = [args.shard_id] if args.shard_id is not None else range(args.num_shards)
-        started = time.time()
-        for shard_id in shard_ids:
-            args.shard_id = shard_id
-            if finished_shard(args, settings):
-                print(f"[seqkd] shard {shard_id}/{args.num_shards}: kept from an earlier run with the same "
-                      f"settings ({shard_path(args.work, shard_id, args.num_shards)})")
-                continue
-            generate_shard(args, src, tgt, inputs, settings, teacher)
-        decode_seconds = time.time() - started
-        if len(shard_ids) != args.num_shards:
-            return None  # one shard of many: merge later
-    else:
+    elif args.merge:
         decode_seconds = None
+    else:
+        if args.teacher_ctranslate2:
+            inputs, settings, generate = external_teacher(args, src, tgt, sources)
+        elif args.teacher:
+            inputs, settings, generate = fairseq_teacher(args, src, tgt, sources)
+        else:
+            raise DistillError("pass --teacher CHECKPOINT to decode (or --teacher-ctranslate2 DIR: a pretrained "
+                               "CTranslate2 model; or --teacher-translations FILE: translations made elsewhere)")
+        decode_seconds = decode_shards(args, settings, generate)
+        if decode_seconds is None:
+            return None  # one shard of many: merge later
     if not args.out:
         raise DistillError("--out is required to merge")
     summary = merge(args, src, tgt, inputs)

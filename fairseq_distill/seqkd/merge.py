@@ -15,6 +15,10 @@ from fairseq_distill.seqkd.selection import select_hypotheses
 from fairseq_distill.text.segmentation import META_FILE, Segmenter, load_meta
 from fairseq_distill.seqkd.inputs import Inputs, count_side, load_side, shard_path
 
+EXTERNAL_BACKEND = "ctranslate2 model"  # fairseq_distill.seqkd.external.BACKEND
+# an external teacher's text work around decoding, per shard (fairseq_distill.seqkd.external)
+TEXT_STAGES = ("tokenize_seconds", "detokenize_seconds", "segment_seconds")
+
 
 def read_shards(args):
     """Every shard's header (None for a file without one) and the n-best lists by id."""
@@ -144,10 +148,13 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None):
         raise DistillError(f"binarized {written} pairs but wrote {len(keep)}")
     copy_other_splits(args.data, args.out, n_train=len(keep), source=args.source)
 
-    limit = {"a": settings.get("max_len_a", args.max_len_a), "b": settings.get("max_len_b", args.max_len_b)}
-    at_limit = sum(len(targets[i].split()) >= int(limit["a"] * (len(sources[i].split()) + 1) + limit["b"])
-                   for i in keep if i not in missing_set)
     stats = [(h or {}).get("stats", {}) for h in headers]
+    if settings.get("backend") == EXTERNAL_BACKEND:
+        at_limit = sum(s.get("at_length_limit", 0) for s in stats)  # counted on the teacher's own tokens
+    else:
+        limit = {"a": settings.get("max_len_a", args.max_len_a), "b": settings.get("max_len_b", args.max_len_b)}
+        at_limit = sum(len(targets[i].split()) >= int(limit["a"] * (len(sources[i].split()) + 1) + limit["b"])
+                       for i in keep if i not in missing_set)
     summary = {
         "sentences": n, "kept": len(keep), "filtered_by_length_ratio": filtered,
         "missing_or_empty": len(missing),
@@ -164,6 +171,7 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None):
         "hypotheses_at_length_limit": at_limit,
         "redecoded_with_fairseq": sum(s.get("redecoded_with_fairseq", 0) for s in stats),
         "hypothesis_tokens": sum(len(targets[i].split()) for i in keep),
+        **{key: round(sum(s[key] for s in stats), 2) for key in TEXT_STAGES if all(key in s for s in stats)},
         "merge_seconds": round(time.time() - started, 1),
     }
     with open(os.path.join(args.out, "seqkd_summary.json"), "w") as f:

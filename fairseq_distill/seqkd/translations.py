@@ -18,7 +18,8 @@ OPTION = "--teacher-translations"
 
 def check_translation_options(args):
     """What a translations file cannot be combined with, named."""
-    given = [flag for flag, on in (("--teacher", args.teacher), ("--source", args.source),
+    given = [flag for flag, on in (("--teacher", args.teacher), ("--teacher-ctranslate2", args.teacher_ctranslate2),
+                                   ("--source", args.source),
                                    ("--merge", args.merge), ("--shard-id", args.shard_id is not None),
                                    ("--num-shards > 1", args.num_shards > 1), ("--nbest > 1", args.nbest > 1),
                                    ("--backend ctranslate2", args.backend == "ctranslate2"))

@@ -170,8 +170,9 @@ def read_teacher_checkpoint(path: str) -> dict:
         raise DistillError(f"teacher '{path}' is a directory, not a fairseq checkpoint file{pretrained_kind(path)}. "
                            f"Word-level, layer and attention KD compare the teacher's outputs with the student's over "
                            f"one dictionary, so they need a fairseq teacher trained on the student's data. A pretrained "
-                           f"model can still teach by sequence-level KD: translate the training source with it and "
-                           f"pass the translations to fsd-seqkd --teacher-translations FILE")
+                           f"model can still teach by sequence-level KD: fsd-seqkd --teacher-ctranslate2 DIR (a CTranslate2 "
+                           f"model, e.g. converted with ct2-transformers-converter), or translate the training source "
+                           f"with it yourself and pass fsd-seqkd --teacher-translations FILE")
     if not os.path.isfile(path):
         raise DistillError(f"teacher checkpoint not found: '{path}' (no such file)")
     if not os.access(path, os.R_OK):

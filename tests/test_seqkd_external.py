@@ -17,7 +17,7 @@ from fairseq_distill.errors import DistillError
 from fairseq_distill.seqkd.external import check_external_options
 from fairseq_distill.seqkd.inputs import SeqKDJob, load_side
 from fairseq_distill.seqkd.teacher_tokenizers import (SentencePieceTokenizer, find_tokenizer, load_tokenizer)
-from helpers import run, write_raw_corpus
+from helpers import REPO, run, write_raw_corpus
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 spm = pytest.importorskip("sentencepiece")
@@ -182,6 +182,12 @@ def test_an_exported_fairseq_teacher_teaches_what_the_ctranslate2_backend_does(t
     # counted on the teacher's own tokens, here the corpus's
     assert summary["hypotheses_at_length_limit"] == backend["hypotheses_at_length_limit"]
     assert {"tokenize_seconds", "detokenize_seconds", "segment_seconds"} <= set(summary)
+    # bench/seqkd_data_diff.py counts what differs: the text nowhere here
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    from bench.seqkd_data_diff import compare
+
+    diff = compare(str(tmp_path / "backend"), str(tmp_path / "external"))
+    assert (diff["sentences"], diff["text_differs"], diff["examples"]) == (40, 0, [])
 
 
 @pytest.fixture(scope="module")

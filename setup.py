@@ -28,7 +28,7 @@ setup(
         "test": ["pytest", "pytest-xdist", "matplotlib", "ctranslate2>=4.0", "sacremoses", "transformers"],
         "plots": ["matplotlib"],
         "deploy": ["ctranslate2>=4.0"],  # CTranslate2 export and backend
-        "pretrained": ["ctranslate2>=4.0", "transformers"],  # fsd-seqkd --teacher-ctranslate2 with a Hugging Face tokenizer
+        "teachers": ["ctranslate2>=4.0", "transformers"],  # fsd-seqkd --teacher-ctranslate2 with a Hugging Face tokenizer
         "recipes": ["sacremoses"],  # the benchmark recipes' Moses tokenisation
     },
     entry_points={

@@ -17,7 +17,7 @@ from fairseq_distill.errors import DistillError
 from fairseq_distill.seqkd.external import check_external_options
 from fairseq_distill.seqkd.inputs import SeqKDJob, load_side
 from fairseq_distill.seqkd.teacher_tokenizers import (SentencePieceTokenizer, find_tokenizer, load_tokenizer)
-from helpers import REPO, run, write_raw_corpus
+from helpers import REPO, fairseq_train, run, write_raw_corpus
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 spm = pytest.importorskip("sentencepiece")
@@ -271,6 +271,10 @@ def test_a_marian_teacher_translates_the_raw_source_with_its_own_tokenizer(tiny_
     assert header["settings"]["teacher_model"]["name"] == "ct2"
     assert header["settings"]["raw_train_source"] == "desegmented"
     assert "kept from an earlier run" in seqkd(*argv) and "kept from an earlier run" not in out
+    # a student trains on it like on any data-bin
+    trained = fairseq_train(str(tmp_path / "out"), str(tmp_path / "student"), "--criterion",
+                            "label_smoothed_cross_entropy", "--max-update", "2")
+    assert os.path.isfile(tmp_path / "student" / "checkpoint_last.pt"), trained.stdout[-2000:]
 
 
 @pytest.mark.slow
@@ -298,6 +302,18 @@ def test_sentencepiece_tokenizer_target_prefix_shards_and_nbest(tiny_data, maria
     with open(tmp_path / "work" / "shard1-of-2.jsonl", encoding="utf-8") as f:
         records = [json.loads(line) for line in f][1:]
     assert [r["id"] for r in records] == list(range(1, 400, 2)) and all(len(r["nbest"]) == 2 for r in records)
+    # the same shards merged again: the 2-best of best chrF kept, pairs beyond a length ratio dropped
+    chrf = [a if a != "first" else "chrf" for a in argv]
+    seqkd(*chrf, "--merge", "--out", str(tmp_path / "chrf"), "--max-len-ratio", "1.5")
+    summary = json.load(open(tmp_path / "chrf" / "seqkd_summary.json"))
+    assert summary["selected_other_than_1best"] > 0 and summary["filtered_by_length_ratio"] > 0
+    assert summary["kept"] + summary["filtered_by_length_ratio"] == 400
+    # a shard decoded again with another target prefix is not merged with the other
+    vocabulary = json.load(open(os.path.join(marian.ct2, "shared_vocabulary.json"), encoding="utf-8"))
+    other = next(t for t in vocabulary if t.startswith("▁") and len(t) > 1 and t != prefix)
+    seqkd(*[a if a != prefix else other for a in argv], "--shard-id", "1")
+    failed = run([SEQKD, *argv, "--merge", "--out", str(tmp_path / "mixed")], check=False)
+    assert failed.returncode != 0 and "decoded with different settings (target_prefix)" in failed.stdout
 
 
 @pytest.mark.slow
@@ -362,6 +378,14 @@ def test_an_m2m100_teacher_reads_and_writes_language_tokens(tiny_data, m2m100, t
     forced first and removed: the data equals CTranslate2's output through the tokenizer directly."""
     raw_train = os.path.join(os.path.dirname(tiny_data), "raw", "train.de")
     lines = open(raw_train, encoding="utf-8").read().splitlines()
+    base = [SEQKD, "--teacher-ctranslate2", m2m100.ct2, "--data", tiny_data, "--out", str(tmp_path / "no")]
+    for extra, message in (([], "is multilingual: pass --teacher-source-prefix with the corpus's source language"),
+                           (["--teacher-source-prefix", "xx"], "--teacher-source-prefix xx: not a language of"),
+                           (["--teacher-source-prefix", "de"], "is multilingual: pass --teacher-target-prefix with "
+                                                               "the token of the language it should write (for 'en': "
+                                                               "__en__")):
+        failed = run([*base, *extra], check=False)
+        assert failed.returncode != 0 and message in failed.stdout and "Traceback" not in failed.stdout
     seqkd("--teacher-ctranslate2", m2m100.ct2, "--teacher-source-prefix", "de", "--teacher-target-prefix", "__en__",
           "--data", tiny_data, "--out", str(tmp_path / "out"), "--beam", "2", "--max-len-a", "0", "--max-len-b", "12",
           "--on-missing", "reference")

@@ -95,6 +95,12 @@ class ExternalTeacher:
         self.tokenizer = load_tokenizer(args.teacher_tokenizer or find_tokenizer(self.model_dir), self.model_dir,
                                         args.teacher_source_prefix, args.teacher_target_tokenizer)
         self.prefix = [args.teacher_target_prefix] if args.teacher_target_prefix else []
+        if not self.prefix and getattr(self.tokenizer, "multilingual", False):
+            target = (load_meta(args.data) or {}).get("target_lang") or args.target_lang or ""
+            known = [self.tokenizer.language_token(c) for c in self.tokenizer.language_codes() if c.startswith(target)]
+            raise DistillError(f"--teacher-ctranslate2 {self.model_dir} is multilingual: pass --teacher-target-prefix "
+                               f"with the token of the language it should write" +
+                               (f" (for '{target}': {', '.join(known[:5])})" if target and known else ""))
         vocabulary = target_vocabulary(self.model_dir)
         if self.prefix and vocabulary is not None and self.prefix[0] not in vocabulary:
             near = sorted(t for t in vocabulary if t[:2] == self.prefix[0][:2] and len(t) == len(self.prefix[0]))[:8]

@@ -89,15 +89,38 @@ class HuggingFaceTokenizer:
                                f"package (pip install transformers); or name its sentencepiece model with "
                                f"--teacher-tokenizer (e.g. {os.path.join(directory, 'source.spm')})") from e
         self.tokenizer = AutoTokenizer.from_pretrained(directory)
+        name = type(self.tokenizer).__name__
+        # a many-to-many tokenizer (NLLB, M2M-100) marks the source language with a token
+        self.multilingual = hasattr(self.tokenizer, "src_lang")
         if source_lang:
-            if not hasattr(self.tokenizer, "src_lang"):
-                raise DistillError(f"--teacher-source-prefix {source_lang}: the tokenizer in {directory} "
-                                   f"({type(self.tokenizer).__name__}) takes no source language")
+            if not self.multilingual:
+                raise DistillError(f"--teacher-source-prefix {source_lang}: the tokenizer in {directory} ({name}) "
+                                   f"takes no source language")
+            codes = self.language_codes()
+            if codes and source_lang not in codes:
+                raise DistillError(f"--teacher-source-prefix {source_lang}: not a language of the tokenizer in "
+                                   f"{directory} ({name}); it knows {len(codes)}, e.g. {', '.join(codes[:8])}")
             self.tokenizer.src_lang = source_lang
+        elif self.multilingual:
+            codes = self.language_codes()
+            raise DistillError(f"the tokenizer in {directory} ({name}) is multilingual: pass --teacher-source-prefix "
+                               f"with the corpus's source language as it names it (it would use "
+                               f"'{self.tokenizer.src_lang}'" + (f"; e.g. {', '.join(codes[:8])}" if codes else "") + ")")
         files = sorted(n for n in os.listdir(directory)
                        if n in HF_FILES or n == "vocab.json" or n.endswith((".spm", ".model")))
         self.record = {"kind": self.kind, "class": type(self.tokenizer).__name__,
                        "files": [file_record(os.path.join(directory, n)) for n in files]}
+
+    def language_codes(self) -> List[str]:
+        """The languages a multilingual tokenizer knows ([] if it does not say)."""
+        return sorted(getattr(self.tokenizer, "lang_code_to_id", None) or [])
+
+    def language_token(self, code: str) -> str:
+        """The token that names language ``code`` (M2M-100: ``__en__``; NLLB: the code itself)."""
+        try:
+            return self.tokenizer.get_lang_token(code)
+        except (AttributeError, KeyError):
+            return code
 
     def encode(self, line: str) -> List[str]:
         return self.tokenizer.convert_ids_to_tokens(self.tokenizer.encode(normalize_whitespace(line)))

@@ -65,6 +65,16 @@ def finished_shard(args, settings: dict) -> bool:
     return header.get("settings") == json.loads(json.dumps(settings))
 
 
+def shard_records(nbest, kept: int):
+    """One record per sentence, by id: ``{"id", "hyp"}`` (the 1-best; "" for none), plus
+    ``"nbest"`` (best first) when ``kept`` > 1 hypotheses are kept."""
+    for sid in sorted(nbest):
+        record = {"id": sid, "hyp": nbest[sid][0] if nbest[sid] else ""}
+        if kept > 1:
+            record["nbest"] = nbest[sid]
+        yield record
+
+
 def write_shard(work: str, shard_id: int, num_shards: int, settings: dict, stats: dict, records) -> str:
     """A shard file: a header line (``settings``, ``stats``), then one JSON record per sentence;
     written whole, then renamed, so a shard file exists only once it is complete."""
@@ -87,13 +97,8 @@ def generate_shard(args, src, tgt, inputs: Inputs, settings: dict, teacher=None)
         nbest, seconds, stats = generate_ctranslate2(args, inputs, teacher)
     else:
         nbest, seconds, stats = generate_fairseq(args, src, tgt, inputs)
-    records = []
-    for sid in sorted(nbest):
-        record = {"id": sid, "hyp": nbest[sid][0] if nbest[sid] else ""}
-        if args.nbest > 1:
-            record["nbest"] = nbest[sid]
-        records.append(record)
     out = write_shard(args.work, args.shard_id, args.num_shards, settings,
-                      {"sentences": len(nbest), "decode_seconds": round(seconds, 1), **stats}, records)
+                      {"sentences": len(nbest), "decode_seconds": round(seconds, 1), **stats},
+                      shard_records(nbest, args.nbest))
     print(f"[seqkd] shard {args.shard_id}/{args.num_shards} ({args.backend}): {len(nbest):,} sentences "
           f"in {seconds:.0f}s -> {out}")

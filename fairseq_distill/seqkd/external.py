@@ -214,7 +214,7 @@ def raw_training_source(args, sources: List[str]) -> List[str]:
 def external_shard(args, teacher: ExternalTeacher, texts: List[str], settings: dict):
     """Translate shard ``args.shard_id`` (sentence i is in shard i mod N) and write its file."""
     from fairseq_distill.evaluation.generate import progress_bar
-    from fairseq_distill.seqkd.decode import write_shard
+    from fairseq_distill.seqkd.decode import shard_records, write_shard
 
     ids = range(args.shard_id, len(texts), args.num_shards)
     bar = progress_bar(len(ids), f"teacher shard {args.shard_id}/{args.num_shards} (ctranslate2 model)")
@@ -230,17 +230,11 @@ def external_shard(args, teacher: ExternalTeacher, texts: List[str], settings: d
     for (sid, _, _), p in zip(flat, pieces):
         nbest[sid].append(p)
     segment_seconds = time.perf_counter() - started
-    records = []
-    for sid in sorted(nbest):
-        record = {"id": sid, "hyp": nbest[sid][0] if nbest[sid] else ""}
-        if args.nbest > 1:
-            record["nbest"] = nbest[sid]
-        records.append(record)
-    stats = {"sentences": len(records), "decode_seconds": round(result.decode_seconds, 1),
+    stats = {"sentences": len(nbest), "decode_seconds": round(result.decode_seconds, 1),
              "at_length_limit": result.at_length_limit, "tokenize_seconds": round(result.tokenize_seconds, 2),
              "detokenize_seconds": round(result.detokenize_seconds, 2), "segment_seconds": round(segment_seconds, 2)}
-    out = write_shard(args.work, args.shard_id, args.num_shards, settings, stats, records)
-    print(f"[seqkd] shard {args.shard_id}/{args.num_shards} (ctranslate2 model): {len(records):,} sentences in "
+    out = write_shard(args.work, args.shard_id, args.num_shards, settings, stats, shard_records(nbest, args.nbest))
+    print(f"[seqkd] shard {args.shard_id}/{args.num_shards} (ctranslate2 model): {len(nbest):,} sentences in "
           f"{result.decode_seconds:.0f}s (tokenizing {result.tokenize_seconds:.1f}s, detokenizing "
           f"{result.detokenize_seconds:.1f}s, segmenting {segment_seconds:.1f}s) -> {out}")
     if result.at_length_limit:

@@ -46,7 +46,8 @@ def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--teacher", help="teacher checkpoint(s), ':'-separated for an ensemble (fairseq backend only)")
+    p.add_argument("--teacher", help="a fairseq teacher checkpoint on the corpus's dictionaries; ':'-separated "
+                   "for an ensemble (ensembles: fairseq backend only)")
     p.add_argument("--teacher-translations", metavar="FILE",
                    help="instead of a teacher model: a file of its translations (e.g. an LLM's), raw text, one "
                    "line per training sentence in corpus order; segmented with the corpus's subword model "

@@ -27,14 +27,24 @@ EXPORT = os.path.join(os.path.dirname(sys.executable), "fsd-export-ctranslate2")
 CT2_THREADS = ["--threads", "1"]
 
 
+def train_spm(text, model: str, size: int):
+    """A sentencepiece model of ``size`` pieces trained on the file ``text``, saved as ``model``
+    (any name: OPUS-MT's are ``*.spm``); returns its ordinary pieces in id order."""
+    prefix = str(model) + ".training"
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=prefix, vocab_size=size, character_coverage=1.0,
+                                   bos_id=-1, eos_id=1, unk_id=2, pad_id=0, minloglevel=2)
+    os.replace(prefix + ".model", str(model))
+    os.remove(prefix + ".vocab")
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not (sp.is_control(i) or sp.is_unknown(i))]
+
+
 @pytest.fixture(scope="module")
 def spm_model(tmp_path_factory):
     """A sentencepiece model (vocabulary 200) trained on the test corpus's German side."""
     root = tmp_path_factory.mktemp("spm")
     raw = write_raw_corpus(root / "raw", 400, 4, 4)
-    spm.SentencePieceTrainer.train(input=f"{raw}/train.de", model_prefix=str(root / "source"), vocab_size=200,
-                                   character_coverage=1.0, bos_id=-1, eos_id=1, unk_id=2, pad_id=0,
-                                   minloglevel=2)
+    train_spm(f"{raw}/train.de", root / "source.model", 200)
     return str(root / "source.model")
 
 
@@ -203,14 +213,8 @@ def marian(tmp_path_factory):
     hf.mkdir()
     vocab = {"</s>": 0, "<unk>": 1}
     for side, lang in (("source", "de"), ("target", "en")):
-        spm.SentencePieceTrainer.train(input=f"{raw}/train.{lang}", model_prefix=str(root / side), vocab_size=150,
-                                       character_coverage=1.0, bos_id=-1, eos_id=1, unk_id=2, pad_id=0,
-                                       minloglevel=2)
-        os.rename(root / f"{side}.model", hf / f"{side}.spm")
-        sp = spm.SentencePieceProcessor(model_file=str(hf / f"{side}.spm"))
-        for i in range(sp.get_piece_size()):
-            if not (sp.is_control(i) or sp.is_unknown(i)):
-                vocab.setdefault(sp.id_to_piece(i), len(vocab))
+        for piece in train_spm(f"{raw}/train.{lang}", hf / f"{side}.spm", 150):
+            vocab.setdefault(piece, len(vocab))
     vocab["<pad>"] = len(vocab)
     (hf / "vocab.json").write_text(json.dumps(vocab))
     tokenizer = transformers.MarianTokenizer(source_spm=str(hf / "source.spm"), target_spm=str(hf / "target.spm"),
@@ -343,15 +347,10 @@ def m2m100(tmp_path_factory):
     hf.mkdir()
     both = root / "both.txt"
     both.write_text(open(f"{raw}/train.de").read() + open(f"{raw}/train.en").read())
-    spm.SentencePieceTrainer.train(input=str(both), model_prefix=str(root / "spm"), vocab_size=200,
-                                   character_coverage=1.0, bos_id=-1, eos_id=1, unk_id=2, pad_id=0, minloglevel=2)
-    sp = spm.SentencePieceProcessor(model_file=str(root / "spm.model"))
     vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
-    for i in range(sp.get_piece_size()):
-        if not (sp.is_control(i) or sp.is_unknown(i)):
-            vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    for piece in train_spm(both, hf / "sentencepiece.bpe.model", 200):
+        vocab.setdefault(piece, len(vocab))
     (hf / "vocab.json").write_text(json.dumps(vocab))
-    os.rename(root / "spm.model", hf / "sentencepiece.bpe.model")
     files = {"vocab_file": str(hf / "vocab.json"), "spm_file": str(hf / "sentencepiece.bpe.model")}
     plain = transformers.M2M100Tokenizer(**files, src_lang="de", tgt_lang="en")
     languages = [plain.convert_ids_to_tokens([plain.get_lang_id(code)])[0] for code in plain.lang_code_to_id]

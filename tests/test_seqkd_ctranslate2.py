@@ -12,8 +12,9 @@ import pytest
 from sacrebleu.metrics import CHRF
 
 from helpers import PACKAGE_DIR, fairseq_train, run
-from fairseq_distill.seqkd.ctranslate2_backend import (CACHE_DIR, Decoding, check_compute_type, check_convertible,
-                                                 length_limit, plan_batches, rank)
+from fairseq_distill.seqkd.ctranslate2_backend import (CACHE_DIR, BatchFailed, Decoding, check_compute_type,
+                                                       check_convertible, length_limit, plan_batches, rank,
+                                                       thread_split, translate_in_order)
 from fairseq_distill.errors import DistillError
 from fairseq_distill.text.segmentation import Segmenter
 from fairseq_distill.seqkd.inputs import load_side
@@ -66,6 +67,78 @@ def test_lenpen_zero_ranks_by_the_sum_of_log_probabilities():
 
 def fake_teacher(arch):
     return {"cfg": {"model": argparse.Namespace(arch=arch, _name=arch)}, "model": {}}
+
+
+def test_threads_split_one_batch_per_thread_on_a_cpu_and_one_at_a_time_on_a_gpu():
+    assert thread_split(2, None, "cpu") == (2, 1)
+    assert thread_split(8, None, "cpu") == (8, 1)
+    assert thread_split(8, 1, "cpu") == (1, 8)
+    assert thread_split(8, 2, "cpu") == (2, 4)
+    assert thread_split(7, 2, "cpu") == (2, 3)  # never more threads than asked for
+    assert thread_split(4, None, "cuda") == (1, 4)
+    assert thread_split(4, 2, "cuda") == (2, 2)
+    with pytest.raises(DistillError, match=r"--inter-threads 3 is more than --threads 2.*at most 2"):
+        thread_split(2, 3, "cpu")
+    with pytest.raises(DistillError, match="--inter-threads must be at least 1, got 0"):
+        thread_split(2, 0, "cpu")
+    with pytest.raises(DistillError, match="--threads must be at least 1, got -1"):
+        thread_split(-1, None, "cpu")
+
+
+class FakeTranslator:
+    """translate_batch(asynchronous=True) as CTranslate2's: one future per sentence. Records the
+    most batches handed over and not yet collected at once."""
+
+    class Future:
+        def __init__(self, owner, batch, value):
+            self.owner, self.batch, self.value = owner, batch, value
+
+        def result(self):
+            if self.value == "BOOM":
+                raise RuntimeError("out of memory")
+            self.owner.collected.add(self.batch)
+            return self.value
+
+    def __init__(self):
+        self.submitted, self.collected, self.most_in_flight = 0, set(), 0
+
+    def translate_batch(self, source, asynchronous=False, **kwargs):
+        assert asynchronous and kwargs == {"beam_size": 4}
+        self.submitted += 1
+        self.most_in_flight = max(self.most_in_flight, self.submitted - len(self.collected))
+        return [self.Future(self, self.submitted, word.upper()) for word in source]
+
+
+def test_batches_come_back_in_order_with_a_bounded_number_in_flight():
+    """issue 36: CTranslate2's inter_threads workers need several batches handed over at once;
+    the results still come back batch by batch in the order asked, and at most two batches per
+    worker wait, so a large corpus is not queued whole."""
+    translator = FakeTranslator()
+    calls = ((k, {"source": [f"w{k}a", f"w{k}b"], "beam_size": 4}) for k in range(7))
+    got = list(translate_in_order(translator, calls, workers=2))
+    assert [k for k, _ in got] == list(range(7))
+    assert got[3][1] == ["W3A", "W3B"]
+    assert translator.most_in_flight == 4
+
+    calls = [("first", {"source": ["ok"], "beam_size": 4}), ("second", {"source": ["boom"], "beam_size": 4})]
+    with pytest.raises(BatchFailed) as failed:
+        list(translate_in_order(FakeTranslator(), calls, workers=1))
+    assert failed.value.key == "second" and "out of memory" in str(failed.value.cause)
+
+
+def test_a_binarized_side_reads_back_as_fairseqs_dictionary_string(tiny_data):
+    """load_side looks the pieces up directly (fast); it must give what Dictionary.string gives,
+    <unk> included (the tiny valid set has some) and </s> left out."""
+    from fairseq.data import Dictionary, data_utils
+
+    seen_unk = False
+    for subset, lang in (("train", "de"), ("valid", "de"), ("valid", "en")):
+        dictionary = Dictionary.load(os.path.join(tiny_data, f"dict.{lang}.txt"))
+        dataset = data_utils.load_indexed_dataset(os.path.join(tiny_data, f"{subset}.de-en.{lang}"), dictionary)
+        got = load_side(tiny_data, subset, "de", "en", lang)
+        assert got == [dictionary.string(dataset[i]) for i in range(len(dataset))]
+        seen_unk |= any("<unk>" in line.split() for line in got)
+    assert seen_unk
 
 
 def test_what_ctranslate2_cannot_decode_is_refused_naming_the_fairseq_backend():
@@ -161,18 +234,22 @@ def test_greedy_ctranslate2_equals_fairseq_and_keeps_the_length_rule(tiny_data, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lenpen", [1.0, 0.0, 2.0])
-def test_beam_search_equals_fairseqs_with_its_length_penalty(tiny_data, fluent_teacher, tmp_path, lenpen):
+@pytest.mark.parametrize("lenpen,threads,inter_threads", [(1.0, 2, 2), (0.0, 1, 1), (2.0, 1, 1)])
+def test_beam_search_equals_fairseqs_with_its_length_penalty(tiny_data, fluent_teacher, tmp_path, lenpen, threads,
+                                                              inter_threads):
     """beam 5 on the 40 valid sentences: the CTranslate2 teacher's 1-best is fairseq's own
     generator's (one sentence per batch), and so are its 3-best lists up to lenpen 1; sentences
-    that reach the length limit are the ones decoded again with fairseq."""
+    that reach the length limit are the ones decoded again with fairseq. With two batches
+    decoded side by side (inter_threads 2) the results are the same, in the same places."""
     from fairseq_distill.seqkd.ctranslate2_backend import CTranslate2Teacher
     from fairseq_distill.deploy.translators import DecodingOptions, FairseqTranslator
     from fairseq_distill.teacher.frozen import read_teacher_checkpoint
 
-    options = Decoding(beam=5, lenpen=lenpen, nbest=3)
+    options = Decoding(beam=5, lenpen=lenpen, nbest=3, batch_size=4)  # many batches, several in flight
     state = read_teacher_checkpoint(fluent_teacher)
-    teacher = CTranslate2Teacher(fluent_teacher, state, tiny_data, "de", "en", str(tmp_path), options, threads=1)
+    teacher = CTranslate2Teacher(fluent_teacher, state, tiny_data, "de", "en", str(tmp_path), options,
+                                 threads=threads, inter_threads=inter_threads)
+    assert teacher.translator.num_translators == inter_threads
     sources = {i: s.split() for i, s in enumerate(load_side(tiny_data, "valid", "de", "en", "de"))}
     result = teacher.decode(sources)
     fairseq = FairseqTranslator(fluent_teacher, tiny_data, DecodingOptions(beam=5, lenpen=lenpen))

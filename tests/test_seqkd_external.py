@@ -144,10 +144,11 @@ def test_the_cli_parses_the_external_options():
     from fairseq_distill.cli.seqkd import build_parser
 
     args = build_parser().parse_args(["--data", "d", "--teacher-ctranslate2", "m", "--teacher-source-prefix",
-                                      "eng_Latn", "--teacher-target-prefix", "deu_Latn", "--compute-type", "int8"])
+                                      "eng_Latn", "--teacher-target-prefix", "deu_Latn", "--compute-type", "int8",
+                                      "--inter-threads", "2"])
     parsed = SeqKDJob(**vars(args))
     assert (parsed.teacher_ctranslate2, parsed.teacher_source_prefix, parsed.teacher_target_prefix,
-            parsed.device) == ("m", "eng_Latn", "deu_Latn", "auto")
+            parsed.device, parsed.inter_threads) == ("m", "eng_Latn", "deu_Latn", "auto", 2)
 
 
 # -- slow: end to end ----------------------------------------------------------------------------

@@ -51,6 +51,8 @@ def test_unknown_selection_is_named():
     ({"compute_type": "int8"}, "--compute-type applies to CTranslate2 decoding only"),
     ({"threads": 2}, "--threads applies to CTranslate2 decoding only"),
     ({"threads": 0, "backend": "ctranslate2"}, "--threads must be at least 1, got 0"),
+    ({"inter_threads": 2}, "--inter-threads applies to CTranslate2 decoding only"),
+    ({"inter_threads": 0, "backend": "ctranslate2"}, "--inter-threads must be at least 1, got 0"),
     ({"select": "bleu"}, "unknown --select 'bleu'"),
     ({"beam": 0}, "--beam must be at least 1, got 0"),
     ({"max_len_ratio": 0.5}, "--max-len-ratio must be at least 1"),

@@ -87,8 +87,11 @@ def build_parser():
                    help="CTranslate2's compute type, e.g. float32 (default; with --teacher-ctranslate2: the model's own), int8, int8_float32, float16 on a "
                    "GPU; the ones this machine supports are checked (CTranslate2 decoding only)")
     p.add_argument("--threads", type=int, default=None,
-                   help="CTranslate2's CPU threads (default: all cores); on a machine busy with other work "
-                   "use fewer, as idle OpenMP threads spin (CTranslate2 decoding only)")
+                   help="CTranslate2's CPU threads in all (default: all cores); on a machine busy with other "
+                   "work use fewer, as idle OpenMP threads spin (CTranslate2 decoding only)")
+    p.add_argument("--inter-threads", type=int, default=None, metavar="K",
+                   help="CTranslate2 decodes K batches side by side, each on --threads / K threads (default: "
+                   "one batch per thread on a CPU, one at a time on a GPU; CTranslate2 decoding only)")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--lenpen", type=float, default=1.0,
                    help="fairseq's length penalty: finished hypotheses rank by log-probability / "

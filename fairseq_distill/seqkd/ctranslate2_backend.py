@@ -54,9 +54,9 @@ import shutil
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -108,6 +108,60 @@ def check_convertible(paths: List[str], states: List[dict]):
     reason = unsupported_reason(arch)
     if reason:
         raise DistillError(f"teacher {paths[0]} cannot be decoded with CTranslate2: {reason}; {FALLBACK_HINT}")
+
+
+def thread_split(threads: Optional[int], inter_threads: Optional[int], on: str) -> Tuple[int, int]:
+    """(inter_threads, intra_threads) for CTranslate2: ``inter_threads`` batches decoded side by
+    side, each on ``intra_threads`` threads, ``threads`` CPU threads in all (default: all cores).
+
+    By default every batch gets one thread and as many batches as threads run side by side on a
+    CPU: seq-KD is throughput work, and one thread per translation leaves no OpenMP thread
+    waiting for another (bench/README.md, "CTranslate2's threads and batches"). On a GPU the
+    batches share the device, so one at a time."""
+    threads = threads or torch.get_num_threads()
+    if threads < 1:
+        raise DistillError(f"--threads must be at least 1, got {threads}")
+    if inter_threads is None:
+        inter_threads = threads if on == "cpu" else 1
+    if inter_threads < 1:
+        raise DistillError(f"--inter-threads must be at least 1, got {inter_threads}")
+    if on == "cpu" and inter_threads > threads:
+        raise DistillError(f"--inter-threads {inter_threads} is more than --threads {threads}: each batch decoded "
+                           f"side by side needs a thread of its own (use at most {threads})")
+    return inter_threads, max(1, threads // inter_threads)
+
+
+def translate_in_order(translator, calls: Iterable[Tuple[object, dict]], workers: int
+                       ) -> Iterator[Tuple[object, list]]:
+    """``(key, outputs)`` for each ``(key, translate_batch keyword arguments)`` of ``calls``, in
+    their order. Up to two batches per worker are handed to CTranslate2 at once (asynchronously),
+    so that its ``inter_threads`` workers decode side by side without the whole input queued in
+    memory. A batch CTranslate2 fails on raises :class:`BatchFailed` with its key when its turn
+    comes."""
+    def collect(key, futures):
+        try:
+            return key, [f.result() for f in futures]
+        except (RuntimeError, ValueError) as e:
+            raise BatchFailed(key, e) from e
+
+    pending = deque()
+    for key, kwargs in calls:
+        try:
+            pending.append((key, translator.translate_batch(asynchronous=True, **kwargs)))
+        except (RuntimeError, ValueError) as e:
+            raise BatchFailed(key, e) from e
+        if len(pending) >= 2 * workers:
+            yield collect(*pending.popleft())
+    while pending:
+        yield collect(*pending.popleft())
+
+
+class BatchFailed(Exception):
+    """CTranslate2 failed on the batch ``key`` (``cause``: its error)."""
+
+    def __init__(self, key, cause: Exception):
+        super().__init__(str(cause))
+        self.key, self.cause = key, cause
 
 
 def cache_key(checkpoint: str) -> str:
@@ -237,17 +291,15 @@ class CTranslate2Teacher:
     """One teacher checkpoint, converted and loaded, decoding batches of subword pieces."""
 
     def __init__(self, checkpoint: str, state: dict, data_bin: str, src: str, tgt: str, work: str,
-                 options: Decoding, compute_type: str = DEFAULT_COMPUTE_TYPE, threads: Optional[int] = None):
+                 options: Decoding, compute_type: str = DEFAULT_COMPUTE_TYPE, threads: Optional[int] = None,
+                 inter_threads: Optional[int] = None):
         ctranslate2 = import_ctranslate2()
         on = device()
         check_compute_type(compute_type, on)
-        if threads is not None and threads < 1:
-            raise DistillError(f"--threads must be at least 1, got {threads}")
+        self.inter_threads, intra_threads = thread_split(threads, inter_threads, on)
         self.model_dir = converted_teacher(checkpoint, state, data_bin, src, tgt, work)
-        # CPU threads: all cores by default; on a machine busy with other work, fewer (OpenMP's
-        # threads wait for each other by spinning, which an oversubscribed CPU turns into stalls)
         self.translator = ctranslate2.Translator(self.model_dir, device=on, compute_type=compute_type,
-                                                 intra_threads=threads or torch.get_num_threads())
+                                                 inter_threads=self.inter_threads, intra_threads=intra_threads)
         self.checkpoint, self.data_bin, self.options = checkpoint, data_bin, options
         self.max_source_positions = max_source_positions(state)
         self.max_target_positions = max_target_positions(state)
@@ -275,12 +327,12 @@ class CTranslate2Teacher:
         result = DecodeResult()
         started = time.perf_counter()
         again = []
-        for limit, ids in plan_batches({sid: len(p) for sid, p in sources.items()}, o,
-                                       self.max_target_positions):
-            outputs = self.translator.translate_batch(
-                [sources[sid] for sid in ids], beam_size=o.beam, num_hypotheses=o.beam,
-                length_penalty=o.lenpen if o.lenpen != 0 else 1.0, max_decoding_length=limit,
-                min_decoding_length=1, return_end_token=True, return_scores=True, max_input_length=0)
+        calls = ((limit_ids, dict(
+            source=[sources[sid] for sid in limit_ids[1]], beam_size=o.beam, num_hypotheses=o.beam,
+            length_penalty=o.lenpen if o.lenpen != 0 else 1.0, max_decoding_length=limit_ids[0],
+            min_decoding_length=1, return_end_token=True, return_scores=True, max_input_length=0))
+            for limit_ids in plan_batches({sid: len(p) for sid, p in sources.items()}, o, self.max_target_positions))
+        for (limit, ids), outputs in translate_in_order(self.translator, calls, self.inter_threads):
             done = 0
             for sid, out in zip(ids, outputs):
                 hyps = [list(h) for h in out.hypotheses]

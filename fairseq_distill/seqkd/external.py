@@ -88,7 +88,7 @@ class ExternalTeacher:
     """The model of ``--teacher-ctranslate2``, loaded with its tokenizer, translating raw text."""
 
     def __init__(self, args):
-        from fairseq_distill.seqkd.ctranslate2_backend import check_compute_type, import_ctranslate2
+        from fairseq_distill.seqkd.ctranslate2_backend import check_compute_type, import_ctranslate2, thread_split
 
         ctranslate2 = import_ctranslate2()
         self.model_dir = args.teacher_ctranslate2
@@ -113,10 +113,10 @@ class ExternalTeacher:
         self.compute_type = args.compute_type or "default"
         check_compute_type(self.compute_type, self.device)
         self.adds_eos = bool(model_config(self.model_dir).get("add_source_eos"))
-        threads = args.threads or os.cpu_count() or 1
+        self.inter_threads, intra_threads = thread_split(args.threads, args.inter_threads, self.device)
         try:
-            self.translator = ctranslate2.Translator(self.model_dir, device=self.device,
-                                                     compute_type=self.compute_type, intra_threads=threads)
+            self.translator = ctranslate2.Translator(self.model_dir, device=self.device, compute_type=self.compute_type,
+                                                     inter_threads=self.inter_threads, intra_threads=intra_threads)
         except (RuntimeError, ValueError) as e:
             raise DistillError(f"CTranslate2 cannot load --teacher-ctranslate2 {self.model_dir} on {self.device}: "
                                f"{e}") from e
@@ -139,6 +139,8 @@ class ExternalTeacher:
 
     def translate(self, texts: Dict[int, str], progress: Optional[Callable[[int], None]] = None) -> ExternalResult:
         """The n-best translations (raw text, best first) of ``texts`` by id."""
+        from fairseq_distill.seqkd.ctranslate2_backend import BatchFailed, translate_in_order
+
         a, result = self.args, ExternalResult()
         started = time.perf_counter()
         tokens = {sid: self.tokenizer.encode(text) for sid, text in texts.items()}
@@ -148,26 +150,30 @@ class ExternalTeacher:
             groups.setdefault(self.limit(len(tokens[sid])), []).append(sid)
         outputs: Dict[int, List[List[str]]] = {}
         started = time.perf_counter()
-        for limit in sorted(groups):
-            ids = groups[limit]
-            size = max(1, a.max_tokens // max(len(tokens[i]) for i in ids)) if a.max_tokens else a.batch_size
-            for k in range(0, len(ids), size):
-                batch = ids[k:k + size]
-                try:
-                    found = self.translator.translate_batch(
-                        [tokens[i] for i in batch], beam_size=a.beam, num_hypotheses=a.nbest,
-                        length_penalty=a.lenpen, max_decoding_length=limit + len(self.prefix),
-                        max_input_length=0, target_prefix=[self.prefix] * len(batch) if self.prefix else None)
-                except (RuntimeError, ValueError) as e:
-                    longest = max(batch, key=lambda i: len(tokens[i]))
-                    raise DistillError(f"the CTranslate2 teacher failed on sentences {batch[0]}..{batch[-1]} (the "
-                                       f"longest, {longest}, has {len(tokens[longest])} teacher tokens): {e}") from e
+        def calls():
+            for limit in sorted(groups):
+                ids = groups[limit]
+                size = max(1, a.max_tokens // max(len(tokens[i]) for i in ids)) if a.max_tokens else a.batch_size
+                for k in range(0, len(ids), size):
+                    batch = ids[k:k + size]
+                    yield (limit, batch), dict(
+                        source=[tokens[i] for i in batch], beam_size=a.beam, num_hypotheses=a.nbest,
+                        length_penalty=a.lenpen, max_decoding_length=limit + len(self.prefix), max_input_length=0,
+                        target_prefix=[self.prefix] * len(batch) if self.prefix else None)
+
+        try:
+            for (limit, batch), found in translate_in_order(self.translator, calls(), self.inter_threads):
                 for sid, out in zip(batch, found):
                     hyps = [h[len(self.prefix):] if h[:len(self.prefix)] == self.prefix else h for h in out.hypotheses]
                     result.at_length_limit += bool(hyps) and len(hyps[0]) >= limit
                     outputs[sid] = hyps
                 if progress:
                     progress(len(batch))
+        except BatchFailed as e:
+            batch = e.key[1]
+            longest = max(batch, key=lambda i: len(tokens[i]))
+            raise DistillError(f"the CTranslate2 teacher failed on sentences {batch[0]}..{batch[-1]} (the "
+                               f"longest, {longest}, has {len(tokens[longest])} teacher tokens): {e.cause}") from e
         result.decode_seconds = time.perf_counter() - started
         started = time.perf_counter()
         result.nbest = {sid: [self.tokenizer.decode(h) for h in hyps] for sid, hyps in outputs.items()}

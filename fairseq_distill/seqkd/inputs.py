@@ -2,7 +2,7 @@
 (the training set, then any monolingual source). :mod:`fairseq_distill.seqkd.job` runs the job."""
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
 from fairseq.data import Dictionary, data_utils
 
@@ -34,6 +34,7 @@ class SeqKDJob:
     backend: str = "fairseq"
     compute_type: Optional[str] = None  # ctranslate2 only (default float32)
     threads: Optional[int] = None  # ctranslate2's CPU threads (default: all cores)
+    inter_threads: Optional[int] = None  # batches decoded side by side (default: one per thread on a CPU)
     beam: int = 5
     lenpen: float = 1.0
     max_len_a: float = 1.2
@@ -60,12 +61,16 @@ def data_langs(data_bin, meta, args):
 
 
 def load_side(data_bin, subset, src, tgt, lang):
+    """Every sentence of one binarized side as its space-separated subword pieces, ``</s>`` left
+    out: what ``Dictionary.string`` gives, looked up directly (it walks tensors one element at a
+    time, which dominated the merge on a large corpus)."""
     dictionary = Dictionary.load(os.path.join(data_bin, f"dict.{lang}.txt"))
     prefix = os.path.join(data_bin, f"{subset}.{src}-{tgt}.{lang}")
     dataset = data_utils.load_indexed_dataset(prefix, dictionary)
     if dataset is None:
         raise DistillError(f"no binarized '{subset}' data for '{lang}' at {prefix}.bin/.idx")
-    return [dictionary.string(dataset[i]) for i in range(len(dataset))]
+    symbols, eos = dictionary.symbols, dictionary.eos()
+    return [" ".join([symbols[t] for t in dataset[i].tolist() if t != eos]) for i in range(len(dataset))]
 
 
 def count_side(data_bin, subset, src, tgt, lang) -> int:
@@ -88,12 +93,15 @@ def check_options(args: SeqKDJob):
     from fairseq_distill.seqkd.external import check_external_options
 
     check_external_options(args)
-    for flag, value in (("--compute-type", args.compute_type), ("--threads", args.threads)):
+    for flag, value in (("--compute-type", args.compute_type), ("--threads", args.threads),
+                        ("--inter-threads", args.inter_threads)):
         if value is not None and args.backend != "ctranslate2" and not args.teacher_ctranslate2:
             raise DistillError(f"{flag} applies to CTranslate2 decoding only: --backend ctranslate2 or "
                                f"--teacher-ctranslate2 (the backend is {args.backend})")
     if args.threads is not None and args.threads < 1:
         raise DistillError(f"--threads must be at least 1, got {args.threads}")
+    if args.inter_threads is not None and args.inter_threads < 1:
+        raise DistillError(f"--inter-threads must be at least 1, got {args.inter_threads}")
     if args.beam < 1:
         raise DistillError(f"--beam must be at least 1, got {args.beam}")
     if not 1 <= args.nbest <= args.beam:
@@ -140,10 +148,10 @@ class Inputs:
     """The sentences to translate: the training source (ids 0..n-1), then the lines of
     ``--source`` (ids n..n+m-1), each as the binarized subword tokens."""
 
-    def __init__(self, args, src, tgt, mono_dir=None):
+    def __init__(self, args, src, tgt, mono_dir=None, train: Optional[List[str]] = None):
         from fairseq_distill.seqkd.monolingual import SUBSET
 
-        self.train = load_side(args.data, args.subset, src, tgt, src)
+        self.train = train if train is not None else load_side(args.data, args.subset, src, tgt, src)
         self.mono = load_side(mono_dir, SUBSET, src, tgt, src) if mono_dir else []
         self.mono_dir = mono_dir
 

@@ -64,7 +64,7 @@ def fairseq_teacher(args: SeqKDJob, src: str, tgt: str, sources):
 
         mono_info = describe_source(args.source)
         mono_dir = prepare_source(args.source, args.data, src, tgt, args.work, max_positions, mono_info)
-    inputs = Inputs(args, src, tgt, mono_dir)
+    inputs = Inputs(args, src, tgt, mono_dir, train=sources)
     settings = decoding_settings(args, paths, mono_info)
     if args.backend == "ctranslate2":
         teacher = ct2.CTranslate2Teacher(
@@ -72,7 +72,7 @@ def fairseq_teacher(args: SeqKDJob, src: str, tgt: str, sources):
             ct2.Decoding(beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
                          max_len_b=args.max_len_b, nbest=args.nbest, batch_size=args.batch_size,
                          max_tokens=args.max_tokens),
-            args.compute_type or ct2.DEFAULT_COMPUTE_TYPE, args.threads)
+            args.compute_type or ct2.DEFAULT_COMPUTE_TYPE, args.threads, args.inter_threads)
     del states  # the teacher weights are not needed in memory while decoding
     return inputs, settings, lambda: generate_shard(args, src, tgt, inputs, settings, teacher)
 
@@ -91,7 +91,7 @@ def external_teacher(args: SeqKDJob, src: str, tgt: str, sources):
         mono_info = describe_source(args.source)
         mono_dir = prepare_source(args.source, args.data, src, tgt, args.work, None, mono_info)
         texts += [normalize_whitespace(line) for line in read_lines(args.source, what="--source ")]
-    inputs = Inputs(args, src, tgt, mono_dir)
+    inputs = Inputs(args, src, tgt, mono_dir, train=sources)
     settings = {**teacher.settings(), "raw_train_source": describe_source(args.raw_train_source)
                 if args.raw_train_source else "desegmented", "source": mono_info}
     return inputs, settings, lambda: external_shard(args, teacher, texts, settings)

@@ -261,24 +261,38 @@ def recipe_markdown(meta) -> str:
 
 
 def seqkd_table(datasets) -> str:
-    """The seq-KD data steps: how the teacher decoded and how fast (rows made before decoding
-    settings were recorded show '-')."""
+    """The seq-KD data steps: how the teacher decoded and how fast (rows made before a field was
+    recorded show '-'). "× fairseq" is the decode time of the fairseq-decoded row with the same
+    teacher, beam and n-best settings divided by this row's."""
     def get(r, key, fmt="{}"):
         return "-" if r.get(key) is None else fmt.format(r[key])
 
+    def settings(r):
+        return (str((r.get("uses") or {}).get("teacher")), r.get("beam"), r.get("nbest", 1),
+                r.get("select") if r.get("nbest", 1) > 1 else None)
+
+    fairseq_seconds = {}
+    for r in datasets:
+        if r.get("backend", "fairseq") == "fairseq" and r.get("decode_seconds"):
+            fairseq_seconds.setdefault(settings(r), r["decode_seconds"])
     lines = ["Sequence-level KD data (fsd-seqkd):", "",
-             "| data | decoder | beam | n-best, selection | sentences | decode time | sentences/s | tokens/s | "
-             "not the 1-best | at the length limit |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| data | decoder | beam | n-best, selection | sentences | decode time | × fairseq | sentences/s | "
+             "tokens/s | merge time | not the 1-best | at the length limit | re-decoded with fairseq |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in datasets:
         decoder = r.get("backend", "fairseq") + (f" {r['compute_type']}" if r.get("compute_type") else "")
         tokens_per_second = (r["hypothesis_tokens"] / r["decode_seconds"]
                              if r.get("decode_seconds") and r.get("hypothesis_tokens") else None)
+        baseline = fairseq_seconds.get(settings(r))
+        ratio = f"{baseline / r['decode_seconds']:.2f}" if baseline and r.get("decode_seconds") else "-"
         nbest = r.get("nbest", 1)
         lines.append(f"| {r['name']} | {decoder} | {get(r, 'beam')} | "
                      f"{'1' if nbest == 1 else str(nbest) + ', ' + str(r.get('select'))} | {r['sentences']:,} | "
-                     f"{get(r, 'decode_seconds', '{:.0f} s')} | {get(r, 'sentences_per_second', '{:.1f}')} | "
+                     f"{get(r, 'decode_seconds', '{:.0f} s')} | {ratio} | {get(r, 'sentences_per_second', '{:.1f}')} | "
                      f"{'-' if tokens_per_second is None else format(tokens_per_second, '.0f')} | "
-                     f"{get(r, 'selected_other_than_1best', '{:,}')} | {get(r, 'hypotheses_at_length_limit', '{:,}')} |")
+                     f"{get(r, 'merge_seconds', '{:.0f} s')} | "
+                     f"{get(r, 'selected_other_than_1best', '{:,}')} | {get(r, 'hypotheses_at_length_limit', '{:,}')} | "
+                     f"{get(r, 'redecoded_with_fairseq', '{:,}')} |")
     return "\n".join(lines)
 
 

@@ -37,6 +37,32 @@ def test_ckd_plus_a2d_is_the_weighted_sum_of_its_terms():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
 
 
+@pytest.mark.parametrize("criterion, extra, want", [
+    # each criterion's documented defaults, with the cross-entropy 2, word-level KD 3, the layer
+    # term 5 and the attention term 7 (per target token, summed over the batch):
+    ("word_kd", [], 0.5 * 2 + 0.5 * 3),                  # Kim and Rush: η = 0.5, CE the rest
+    ("pkd", [], 0.2 * 2 + 0.1 * 3 + 0.7 * 5),            # η = 0.1, λ = 0.7, CE 0.2
+    ("ckd", [], 0.2 * 2 + 0.1 * 3 + 0.7 * 5),
+    ("alp_kd", [], 0.2 * 2 + 0.1 * 3 + 0.7 * 5),
+    ("a2d", [], 0.5 * 2 + 0.5 * 3 + 0.01 * 7),           # α = 0.5; β = 0.01 on top of the rest
+    ("a2d", ["--a2d-released"], 0.5 * 2 + 0.5 * 3 + 1.0 * 7),
+    ("distill", ["--distill-terms", "word_kd,ckd,a2d", "--kd-weight", "0.2", "--layer-weight", "0.5",
+                 "--a2d-weight", "0.3"], 0.3 * 2 + 0.2 * 3 + 0.5 * 5 + 0.3 * 7),
+    ("distill", ["--distill-terms", "word_kd,ckd", "--ce-weight", "1"], 1 * 2 + 0.1 * 3 + 0.7 * 5),
+])
+def test_the_loss_is_the_weighted_sum_by_hand(criterion, extra, want):
+    """Issue 31, 2.7: the criterion's arithmetic on known term values, not on what it logs."""
+    cfg, task, model = build(DATA, *DISTILL, *extra, criterion=criterion)
+    crit = task.build_criterion(cfg.criterion)
+    values = {"word_kd": 3.0, "pkd": 5.0, "ckd": 5.0, "alp_kd": 5.0, "a2d": 7.0}
+    crit.label_smoothed_ce = lambda *args, **kwargs: (torch.tensor(2.0), torch.tensor(1.5))
+    crit.term_values = lambda terms, *args: {name: torch.tensor(values[name]) for name in terms}
+    model.train()
+    loss, sample_size, logs = crit(model, first_batch(task))
+    assert loss.item() == pytest.approx(want, rel=1e-6)
+    assert logs["ce_loss"].item() == 2.0 and logs["nll_loss"].item() == 1.5
+
+
 def test_presets_are_the_distill_criterion_with_fixed_terms():
     for criterion, terms in (("word_kd", ["word_kd"]), ("pkd", ["word_kd", "pkd"]), ("alp_kd", ["word_kd", "alp_kd"]),
                              ("a2d", ["word_kd", "a2d"])):

@@ -563,6 +563,28 @@ def test_a_terminated_runner_stops_the_tool_it_runs(tmp_path):
         os.kill(child, 0)  # gone, and reaped (a zombie would still answer)
 
 
+def test_seqkd_table_gives_the_speed_ratio_to_fairseq_of_the_same_teacher_and_settings():
+    """issue 36: the ratio divides the fairseq row's decode time (same teacher, beam, n-best and
+    selection) by each row's; merge time and re-decoded sentences are shown, '-' where not recorded."""
+    from bench.runner.results import seqkd_table
+
+    def row(name, backend, seconds, nbest=1, teacher="t1", **more):
+        return {"name": name, "backend": backend, "beam": 4, "nbest": nbest, "select": "chrf", "sentences": 1000,
+                "decode_seconds": seconds, "uses": {"teacher": teacher}, **more}
+
+    table = seqkd_table([
+        row("fs", "fairseq", 300.0, merge_seconds=9.4, redecoded_with_fairseq=0),
+        row("ct2", "ctranslate2", 100.0, compute_type="int8", merge_seconds=10.0, redecoded_with_fairseq=265),
+        row("fs4", "fairseq", 330.0, nbest=4),
+        row("ct4", "ctranslate2", 110.0, nbest=4),
+        row("other-teacher", "ctranslate2", 50.0, teacher="t2"),
+    ])
+    cells = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in table.splitlines()[4:]}
+    assert cells["fs"][6] == "1.00" and cells["ct2"][6] == "3.00" and cells["ct4"][6] == "3.00"
+    assert cells["other-teacher"][6] == "-"  # no fairseq row of that teacher
+    assert cells["ct2"][9] == "10 s" and cells["ct2"][12] == "265 |" and cells["fs4"][9] == "-"
+
+
 def test_results_caption_names_the_decoding_settings_that_change_the_score():
     from bench.runner.results import decoding_settings, recipe_caption
 

@@ -327,12 +327,14 @@ class CTranslate2Teacher:
         result = DecodeResult()
         started = time.perf_counter()
         again = []
-        calls = ((limit_ids, dict(
-            source=[sources[sid] for sid in limit_ids[1]], beam_size=o.beam, num_hypotheses=o.beam,
-            length_penalty=o.lenpen if o.lenpen != 0 else 1.0, max_decoding_length=limit_ids[0],
-            min_decoding_length=1, return_end_token=True, return_scores=True, max_input_length=0))
-            for limit_ids in plan_batches({sid: len(p) for sid, p in sources.items()}, o, self.max_target_positions))
-        for (limit, ids), outputs in translate_in_order(self.translator, calls, self.inter_threads):
+        def calls():
+            for limit, ids in plan_batches({sid: len(p) for sid, p in sources.items()}, o, self.max_target_positions):
+                yield (limit, ids), dict(
+                    source=[sources[sid] for sid in ids], beam_size=o.beam, num_hypotheses=o.beam,
+                    length_penalty=o.lenpen if o.lenpen != 0 else 1.0, max_decoding_length=limit,
+                    min_decoding_length=1, return_end_token=True, return_scores=True, max_input_length=0)
+
+        for (limit, ids), outputs in translate_in_order(self.translator, calls(), self.inter_threads):
             done = 0
             for sid, out in zip(ids, outputs):
                 hyps = [list(h) for h in out.hypotheses]

@@ -1,7 +1,7 @@
 """Check mixed-precision and multi-GPU training on a CUDA machine: every distillation
 criterion and both model families, a few dozen updates each.
 
-    bash scripts/gpu_check.sh [--updates 30] [--work work/gpu_check] [--cases word_kd,ckd,...]
+    bash scripts/gpu_check.sh [--updates 30] [--work work/gpu_check] [--cases word_kd,ckd,...] [--jobs 4]
 
 Per case and precision (--fp16, --bf16; and --fp16 on two GPUs when there are two) it
 checks that every logged loss is finite, that the teacher's weights did not change, that
@@ -11,6 +11,7 @@ Without CUDA it says so and exits 0. ``--device cpu --precisions fp32`` runs the
 checks on the CPU (what the test suite does, to keep the check itself working).
 """
 import argparse
+import concurrent.futures
 import json
 import math
 import os
@@ -207,6 +208,8 @@ def main(argv=None):
     p.add_argument("--precisions", default="fp16,bf16", help="comma list of fp16, bf16, fp32")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                    help="cpu: run the checks on the CPU in fp32 (to test this script)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="single-GPU cases run side by side (default 1; a GPU with many CPU cores takes several)")
     p.add_argument("--run-case", help=argparse.SUPPRESS)  # internal: CASE:PRECISION in a fresh process
     args = p.parse_args(argv)
     import torch
@@ -221,6 +224,8 @@ def main(argv=None):
     if bad:
         sys.exit(f"gpu_check: error: unknown case or precision {bad[0]!r}; cases: {', '.join(CASES)}; "
                  f"precisions: {', '.join(PRECISION_FLAGS)}")
+    if args.jobs < 1:
+        sys.exit(f"gpu_check: error: --jobs {args.jobs}: give 1 or more cases to run at once")
     if args.device == "cpu" and set(precisions) - {"fp32"}:
         sys.exit("gpu_check: error: fairseq runs --fp16/--bf16 only on CUDA; use --precisions fp32 with --device cpu")
     os.makedirs(args.work, exist_ok=True)
@@ -233,10 +238,10 @@ def main(argv=None):
         return 0
 
     runs = [(c, x, 1) for c in cases for x in precisions]
-    if args.device == "cuda" and torch.cuda.device_count() >= 2:
-        runs += [(c, "fp16", 2) for c in cases]
-    passed = failed = 0
-    for case, precision, gpus in runs:
+    two_gpu = [(c, "fp16", 2) for c in cases] if args.device == "cuda" and torch.cuda.device_count() >= 2 else []
+
+    def check(case, precision, gpus):
+        """One case: (passed, its report line)."""
         label = f"{case} {precision}" + (" 2 GPUs" if gpus == 2 else "")
         started = time.time()
         try:
@@ -254,8 +259,21 @@ def main(argv=None):
         except Exception as e:  # one broken case must not stop the others
             failing, detail = ["run"], str(e).strip().splitlines()[0]
         ok = not failing
-        passed, failed = passed + ok, failed + (not ok)
-        print(f"{'PASS' if ok else 'FAIL'}  {label:<32} {time.time() - started:5.0f}s  {detail}", flush=True)
+        return ok, f"{'PASS' if ok else 'FAIL'}  {label:<32} {time.time() - started:5.0f}s  {detail}"
+
+    # the single-GPU cases are tiny: side by side they share one GPU (and its machine's cores)
+    # well; the two-GPU runs take every GPU, so they come after, one at a time
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        pending = [pool.submit(check, *r) for r in runs]
+        outcomes = []
+        for future in pending:  # reported in the order of the cases, each as soon as it and those before are done
+            outcomes.append(future.result())
+            print(outcomes[-1][1], flush=True)
+    for r in two_gpu:
+        outcomes.append(check(*r))
+        print(outcomes[-1][1], flush=True)
+    passed = sum(ok for ok, _ in outcomes)
+    failed = len(outcomes) - passed
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

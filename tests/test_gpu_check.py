@@ -18,8 +18,9 @@ def test_without_cuda_it_says_so_and_exits_0():
 
 @pytest.mark.slow
 def test_the_checks_run_and_report_one_line_per_case(tmp_path):
+    # --jobs 2: the two cases side by side, still reported in their order
     proc = run([sys.executable, SCRIPT, "--device", "cpu", "--precisions", "fp32", "--cases", "ckd,word_kd_cached",
-                "--updates", "3", "--work", str(tmp_path)])
+                "--jobs", "2", "--updates", "3", "--work", str(tmp_path)])
     lines = proc.stdout.strip().splitlines()
     assert lines[-1] == "2 passed, 0 failed"
     teacher_check = {"ckd": "teacher unchanged: yes", "word_kd_cached": "teacher not loaded: yes"}
@@ -35,3 +36,10 @@ def test_unknown_case_is_named():
     proc = run([sys.executable, SCRIPT, "--device", "cpu", "--precisions", "fp32", "--cases", "kd"], check=False)
     assert proc.returncode == 1
     assert "unknown case or precision 'kd'; cases: word_kd, word_kd_cached, pkd, ckd, alp_kd, a2d" in proc.stdout
+
+
+@pytest.mark.slow
+def test_jobs_below_one_is_refused():
+    proc = run([sys.executable, SCRIPT, "--device", "cpu", "--precisions", "fp32", "--jobs", "0"], check=False)
+    assert proc.returncode == 1
+    assert "--jobs 0: give 1 or more cases to run at once" in proc.stdout

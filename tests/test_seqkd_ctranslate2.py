@@ -337,3 +337,65 @@ def test_sentences_at_the_length_limit_are_redecoded_in_batches_of_equal_source_
     out = redecode_in_batches(recorder, sources, [4, 0, 1, 2, 3, 7], nbest=2, batch_size=2, progress=done.append)
     assert recorder.batches == [[2], [3, 3], [3], [5, 5]]
     assert sorted(out) == [0, 1, 2, 3, 4, 7] and out[1] == [["x"] * 5] * 2 and sum(done) == 6
+
+
+class FailingTranslator:
+    """A CTranslate2 translator whose every batch fails with ``message`` (as CTranslate2 4.x's GPU
+    build does at the first batch when the CUDA library it loads is missing)."""
+
+    def __init__(self, message):
+        self.message = message
+
+    def translate_batch(self, source, asynchronous=False, **kwargs):
+        raise RuntimeError(self.message)
+
+
+def failing_teacher(message):
+    from fairseq_distill.seqkd.ctranslate2_backend import CTranslate2Teacher
+
+    teacher = object.__new__(CTranslate2Teacher)  # no checkpoint to convert: only decode() is under test
+    teacher.translator, teacher.inter_threads = FailingTranslator(message), 1
+    teacher.options = Decoding(beam=4, batch_size=2)
+    teacher.max_source_positions = teacher.max_target_positions = 1024
+    return teacher
+
+
+def test_a_missing_cuda_library_ends_in_the_fix_not_a_traceback():
+    """Seen on an H100 with CUDA 13 only (bench/results/gpu_bench.md): CTranslate2 4.x's GPU build
+    loads CUDA 12's cuBLAS at the first batch. fsd-seqkd must say what is missing and the ways
+    out, not end in a BatchFailed traceback that blames a batch."""
+    teacher = failing_teacher("Library libcublas.so.12 is not found or cannot be loaded")
+    with pytest.raises(DistillError) as failed:
+        teacher.decode({0: ["a", "b"], 1: ["c"], 2: ["d", "e", "f"]})
+    message = str(failed.value)
+    assert "could not load libcublas.so.12" in message and "CUDA 12" in message
+    assert "pip install nvidia-cublas-cu12" in message and "LD_LIBRARY_PATH" in message
+    assert "CUDA_VISIBLE_DEVICES=" in message and "--backend fairseq" in message
+    assert "failed on sentences" not in message
+
+
+def test_a_failed_batch_is_named_in_a_user_error():
+    teacher = failing_teacher("out of memory")
+    with pytest.raises(DistillError) as failed:
+        teacher.decode({0: ["a", "b"], 1: ["c"], 2: ["d", "e", "f"]})
+    # the first batch handed over holds the shortest sentence, 1 (plan_batches: shortest first)
+    assert "the CTranslate2 teacher failed on sentences 1..1" in str(failed.value)
+    assert "out of memory" in str(failed.value) and "--backend fairseq" in str(failed.value)
+
+
+def test_fsd_translate_names_a_missing_cuda_library():
+    from fairseq_distill.deploy.translators import CTranslate2Translator, DecodingOptions
+
+    translator = object.__new__(CTranslate2Translator)  # no model directory: only translate() is under test
+    translator.options = DecodingOptions()
+    translator.translator = FailingTranslator("Library libcublas.so.12 is not found or cannot be loaded")
+    with pytest.raises(DistillError, match=r"could not load libcublas\.so\.12: its GPU build needs CUDA 12's "
+                                           r"cuBLAS.*translate with --backend fairseq"):
+        translator.translate([["a", "b"]])
+    translator.translator = FailingTranslator("Library libcudnn.so.9 is not found or cannot be loaded")
+    with pytest.raises(DistillError, match=r"could not load libcudnn\.so\.9: its GPU build needs it, which this "
+                                           r"machine lacks\. Install it \(install the library that provides"):
+        translator.translate([["a"]])
+    translator.translator = FailingTranslator("out of memory")  # not a user error: left as it is
+    with pytest.raises(RuntimeError, match="out of memory"):
+        translator.translate([["a"]])

@@ -403,3 +403,27 @@ def test_an_m2m100_teacher_reads_and_writes_language_tokens(tiny_data, m2m100, t
     assert [g for g, w in zip(got, want) if w] == [w for w in want if w]
     header = json.loads(open(tmp_path / "out.work" / "shard0-of-1.jsonl", encoding="utf-8").readline())
     assert (header["settings"]["source_prefix"], header["settings"]["target_prefix"]) == ("de", "__en__")
+
+
+class _FailingTranslator:
+    def translate_batch(self, source, asynchronous=False, **kwargs):
+        raise RuntimeError("Library libcublas.so.12 is not found or cannot be loaded")
+
+
+class _WordTokenizer:
+    def encode(self, text):
+        return text.split()
+
+
+def test_an_external_teacher_names_a_missing_cuda_library():
+    """The external teacher's way out is its own --device cpu (it has no fairseq backend)."""
+    from fairseq_distill.seqkd.external import ExternalTeacher
+
+    teacher = object.__new__(ExternalTeacher)  # no model to load: only translate() is under test
+    teacher.args = argparse.Namespace(max_len_a=1.2, max_len_b=10, max_tokens=None, batch_size=4, beam=4, nbest=1,
+                                      lenpen=1.0)
+    teacher.tokenizer, teacher.prefix, teacher.adds_eos = _WordTokenizer(), [], True
+    teacher.translator, teacher.inter_threads = _FailingTranslator(), 1
+    with pytest.raises(DistillError, match=r"could not load libcublas\.so\.12.*pip install nvidia-cublas-cu12.*"
+                                           r"or decode with --device cpu"):
+        teacher.translate({0: "ein Satz", 1: "noch einer hier"})

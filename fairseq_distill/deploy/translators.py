@@ -7,6 +7,7 @@ over-long inputs, length-sorted batching, output in input order, progress and sp
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -76,6 +77,34 @@ class FairseqTranslator:
         return out
 
 
+# CTranslate2's GPU build loads cuBLAS (and cuDNN) when the first batch arrives, by the file name of
+# the CUDA version it was built for: on a machine with another CUDA's libraries only (e.g. CUDA 13
+# for a build against CUDA 12) every batch fails, and the batch is not the cause
+MISSING_LIBRARY = re.compile(r"Library (lib(\w+)\.so\.(\d+)) is not found or cannot be loaded")
+
+
+def missing_library_error(cause: Exception, ways_out: str) -> Optional[DistillError]:
+    """The user error for a CUDA library CTranslate2 could not load (``cause``), naming the fixes,
+    of which ``ways_out`` is the caller's own (e.g. another backend); None for any other error."""
+    found = MISSING_LIBRARY.search(str(cause))
+    if not found:
+        return None
+    library, name, major = found.groups()
+    import ctranslate2
+
+    if name.startswith("cublas"):
+        needs = f"CUDA {major}'s cuBLAS, which this machine lacks (it may have another CUDA version's)"
+        install = (f"pip install nvidia-cublas-cu{major}, then put that package's folder nvidia/cublas/lib "
+                   f"(in site-packages) on LD_LIBRARY_PATH")
+    else:
+        needs = "it, which this machine lacks"
+        install = f"install the library that provides {library} and put its folder on LD_LIBRARY_PATH"
+    return DistillError(
+        f"CTranslate2 {ctranslate2.__version__} could not load {library}: its GPU build needs {needs}. "
+        f"Install it ({install}), decode on the CPU (CUDA_VISIBLE_DEVICES= hides the GPU from CTranslate2), "
+        f"or {ways_out}")
+
+
 class CTranslate2Translator:
     """A model directory written by :mod:`fairseq_distill.deploy.ctranslate2_export`."""
 
@@ -99,8 +128,11 @@ class CTranslate2Translator:
         # CTranslate2 takes one limit per call: decode to the batch's largest, then cut each
         # output to its own sentence's limit, so that an output does not depend on its batch
         # (exactly so for greedy search)
-        results = self.translator.translate_batch(batch, beam_size=o.beam, length_penalty=o.lenpen,
-                                                  max_decoding_length=max(limits))
+        try:
+            results = self.translator.translate_batch(batch, beam_size=o.beam, length_penalty=o.lenpen,
+                                                      max_decoding_length=max(limits))
+        except RuntimeError as e:
+            raise (missing_library_error(e, "translate with --backend fairseq") or e) from e
         return [r.hypotheses[0][:limit] for r, limit in zip(results, limits)]
 
 

@@ -62,7 +62,7 @@ import torch
 
 from fairseq_distill.deploy.ctranslate2_export import convert, model_config, unsupported_reason
 from fairseq_distill.errors import DistillError
-from fairseq_distill.deploy.translators import DecodingOptions
+from fairseq_distill.deploy.translators import DecodingOptions, missing_library_error
 
 CACHE_DIR = "ctranslate2-teacher"
 INFO_FILE = "converted_from.json"
@@ -162,6 +162,19 @@ class BatchFailed(Exception):
     def __init__(self, key, cause: Exception):
         super().__init__(str(cause))
         self.key, self.cause = key, cause
+
+
+def batch_failure(failed: BatchFailed, lengths: Dict[int, int], unit: str, ways_out: str) -> DistillError:
+    """The user error for a failed batch (its key: ``(limit, sentence ids)``; ``lengths``: each
+    sentence's source length in ``unit`` tokens): a CUDA library CTranslate2 could not load is named
+    with its fixes, any other failure with the batch and its longest sentence."""
+    missing = missing_library_error(failed.cause, ways_out)
+    if missing is not None:
+        return missing
+    batch = failed.key[1]
+    longest = max(batch, key=lambda i: lengths[i])
+    return DistillError(f"the CTranslate2 teacher failed on sentences {batch[0]}..{batch[-1]} (the longest, "
+                        f"{longest}, has {lengths[longest]} {unit} tokens): {failed.cause}; {ways_out}")
 
 
 def cache_key(checkpoint: str) -> str:
@@ -308,7 +321,7 @@ class CTranslate2Teacher:
     def fairseq(self):
         """fairseq's own generator for the same teacher, loaded when first needed."""
         if self._fairseq is None:
-            from fairseq_distill.deploy.translators import DecodingOptions, FairseqTranslator
+            from fairseq_distill.deploy.translators import DecodingOptions, missing_library_error, FairseqTranslator
 
             o = self.options
             self._fairseq = FairseqTranslator(self.checkpoint, self.data_bin, DecodingOptions(
@@ -334,19 +347,23 @@ class CTranslate2Teacher:
                     length_penalty=o.lenpen if o.lenpen != 0 else 1.0, max_decoding_length=limit,
                     min_decoding_length=1, return_end_token=True, return_scores=True, max_input_length=0)
 
-        for (limit, ids), outputs in translate_in_order(self.translator, calls(), self.inter_threads):
-            done = 0
-            for sid, out in zip(ids, outputs):
-                hyps = [list(h) for h in out.hypotheses]
-                if any(len(h) >= limit for h in hyps):
-                    result.at_length_limit += 1
-                    if o.beam > 1:
-                        again.append(sid)
-                        continue
-                result.nbest[sid] = [strip_end(h) for h in rank(hyps, out.scores, o.lenpen)[:o.nbest]]
-                done += 1
-            if progress:
-                progress(done)
+        try:
+            for (limit, ids), outputs in translate_in_order(self.translator, calls(), self.inter_threads):
+                done = 0
+                for sid, out in zip(ids, outputs):
+                    hyps = [list(h) for h in out.hypotheses]
+                    if any(len(h) >= limit for h in hyps):
+                        result.at_length_limit += 1
+                        if o.beam > 1:
+                            again.append(sid)
+                            continue
+                    result.nbest[sid] = [strip_end(h) for h in rank(hyps, out.scores, o.lenpen)[:o.nbest]]
+                    done += 1
+                if progress:
+                    progress(done)
+        except BatchFailed as e:
+            raise batch_failure(e, {sid: len(pieces) for sid, pieces in sources.items()}, "subword",
+                                FALLBACK_HINT) from e
         if again:
             redecoded = redecode_in_batches(self.fairseq(), sources, again, o.nbest, o.batch_size, progress)
             result.nbest.update(redecoded)

@@ -139,7 +139,7 @@ class ExternalTeacher:
 
     def translate(self, texts: Dict[int, str], progress: Optional[Callable[[int], None]] = None) -> ExternalResult:
         """The n-best translations (raw text, best first) of ``texts`` by id."""
-        from fairseq_distill.seqkd.ctranslate2_backend import BatchFailed, translate_in_order
+        from fairseq_distill.seqkd.ctranslate2_backend import BatchFailed, batch_failure, translate_in_order
 
         a, result = self.args, ExternalResult()
         started = time.perf_counter()
@@ -170,10 +170,8 @@ class ExternalTeacher:
                 if progress:
                     progress(len(batch))
         except BatchFailed as e:
-            batch = e.key[1]
-            longest = max(batch, key=lambda i: len(tokens[i]))
-            raise DistillError(f"the CTranslate2 teacher failed on sentences {batch[0]}..{batch[-1]} (the "
-                               f"longest, {longest}, has {len(tokens[longest])} teacher tokens): {e.cause}") from e
+            raise batch_failure(e, {sid: len(t) for sid, t in tokens.items()}, "teacher",
+                                "decode with --device cpu") from e
         result.decode_seconds = time.perf_counter() - started
         started = time.perf_counter()
         result.nbest = {sid: [self.tokenizer.decode(h) for h in hyps] for sid, hyps in outputs.items()}

@@ -750,6 +750,34 @@ def test_seeded_rows_get_mean_sd_per_seed_tests_and_a_verdict(tmp_path):
     assert "| base | 1, 2 | 20.00, 24.00 | 22.00 ± 2.83 |" in table and "| better |" in table
 
 
+def test_no_verdict_before_every_planned_seed_has_run(tmp_path):
+    """A recipe run in order (seed 1 of every row first) has rows with one of their three seeds
+    done: the rule 'every seed agrees and the pooled test says p < 0.05' would call one seed's
+    significant difference 'better'. Until both rows have all their seeds the verdict is pending,
+    and says how many seeds it has."""
+    from bench.runner.seeds import seeds_markdown, seeds_summary
+
+    refs = [f"ein satz nummer {i} mit einigen woertern darin" for i in range(30)]
+    (tmp_path / "refs.txt").write_text("\n".join(refs) + "\n")
+    (tmp_path / "good.txt").write_text("\n".join(refs) + "\n")
+    (tmp_path / "bad.txt").write_text("\n".join("voellig anderer text hier" for _ in refs) + "\n")
+    steps = [{"name": n, "model": "s"} for n in ("base", "kd")] + [
+        {"name": f"{n}-seed{k}", "model": "s", "seed": k, "seed_of": n} for n in ("base", "kd") for k in (2, 3)]
+    def record(hyp):
+        return {"bleu": 30.0, "chrf": 50.0, "hypotheses": str(tmp_path / hyp), "references": str(tmp_path / "refs.txt")}
+    done = {"base": record("bad.txt"), "kd": record("good.txt")}
+    (c,) = seeds_summary(steps, done, ["base"])["comparisons"]
+    assert c["seeds"] == [1] and c["pooled"]["bleu"]["p_value"] < 0.05
+    assert c["verdict"] == "pending (1 of 3 seeds)"
+    done.update({"base-seed2": record("bad.txt"), "kd-seed2": record("good.txt"), "base-seed3": record("bad.txt")})
+    (c,) = seeds_summary(steps, done, ["base"])["comparisons"]
+    assert c["verdict"] == "pending (2 of 3 seeds)"
+    done["kd-seed3"] = record("good.txt")
+    summary = seeds_summary(steps, done, ["base"])
+    assert summary["comparisons"][0]["verdict"] == "better"
+    assert "| better |" in "\n".join(seeds_markdown(summary))
+
+
 def test_a_value_fairseq_train_refuses_is_named_before_anything_runs(tmp_path):
     from bench.runner.config import load_checked
     from bench.runner.plan import Plan

@@ -74,10 +74,14 @@ def seeds_summary(steps, done: Dict[str, dict], baselines: List[str], recipe_see
                 pooled_sys += hyp
                 pooled_base += base_hyp
             pooled = paired_significance((base, pooled_base), [(name, pooled_sys)], refs * len(seeds))["systems"][name]
+            # one seed's significant difference is not "better": the verdict waits for every seed
+            # that both rows are planned with
+            planned = sorted(set(runs) & set(groups[base]))
             comparisons.append({
                 "baseline": base, "row": name, "seeds": seeds, "per_seed": per_seed,
                 "pooled": {m: {k: pooled[m][k] for k in ("delta", "p_value")} for m in METRICS},
-                "verdict": verdict([s["bleu"]["delta"] for s in per_seed], pooled["bleu"]["p_value"]),
+                "verdict": verdict([s["bleu"]["delta"] for s in per_seed], pooled["bleu"]["p_value"])
+                if seeds == planned else f"pending ({len(seeds)} of {len(planned)} seeds)",
             })
     return {"rows": rows, "comparisons": comparisons}
 
@@ -102,5 +106,6 @@ def seeds_markdown(summary: dict) -> List[str]:
                          f"{c['verdict']} |")
         lines += ["", "Per seed: sacreBLEU's paired bootstrap of seed s against the baseline's seed s; pooled: "
                   "the same on all seeds' test outputs concatenated. A row is better (worse) only when every "
-                  f"seed's ΔBLEU has that sign and the pooled test gives p < {SIGNIFICANCE_LEVEL}; else a tie."]
+                  f"seed's ΔBLEU has that sign and the pooled test gives p < {SIGNIFICANCE_LEVEL}; else a tie; "
+                  "pending until every seed of both rows has run."]
     return lines

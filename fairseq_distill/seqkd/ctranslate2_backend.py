@@ -321,7 +321,7 @@ class CTranslate2Teacher:
     def fairseq(self):
         """fairseq's own generator for the same teacher, loaded when first needed."""
         if self._fairseq is None:
-            from fairseq_distill.deploy.translators import DecodingOptions, missing_library_error, FairseqTranslator
+            from fairseq_distill.deploy.translators import DecodingOptions, FairseqTranslator
 
             o = self.options
             self._fairseq = FairseqTranslator(self.checkpoint, self.data_bin, DecodingOptions(

@@ -1,0 +1,126 @@
+"""The README's result tables against the committed results (bench/results/*.json): every
+BLEU, parameter count, speed, difference and p-value the README quotes is the one a committed
+row holds, so that a rerun that changes a row cannot leave the README's conclusions behind
+(issue 31: "every conclusion in the README matches the committed rows")."""
+import json
+import os
+import re
+
+import pytest
+
+from helpers import REPO
+
+RESULTS = os.path.join(REPO, "bench", "results")
+NUMBER = re.compile(r"[+−-]?\d+(?:\.\d+)?")
+# "Reproducing the papers": the row label's first words -> the papers recipe's step
+PAPERS_ROWS = {
+    "no KD": "no-kd-2",
+    "word-level KD": "word-kd-2",
+    "PKD": "pkd-2",
+    "CKD-RC (paper form)": "ckd-rc-2",
+    "CKD-RC, the released code's form": "ckd-rc-released-2",
+    "ALP-KD": "alp-kd-2",
+    "A2D, the paper's β = 1": "a2d-2",
+    "A2D, the released code's form and weights": "a2d-released-2",
+}
+
+
+def readme_section(title: str) -> str:
+    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", text, re.S | re.M)
+    assert match, f"README.md has no section '## {title}'"
+    return match.group(1)
+
+
+def table_rows(section: str, first_header: str):
+    """The body rows (lists of cells) of the section's table whose first header is given."""
+    lines = section.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    assert rows, f"the table '{first_header}' has no rows"
+    return rows
+
+
+def numbers(cell: str):
+    return [float(n.replace("−", "-")) for n in NUMBER.findall(cell)]
+
+
+def committed(recipe: str) -> dict:
+    with open(os.path.join(RESULTS, f"{recipe}.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def rows_by_name(recipe: str) -> dict:
+    return {row["name"]: row for row in committed(recipe)["rows"]}
+
+
+def test_the_results_table_quotes_the_committed_rows():
+    rows = table_rows(readme_section("Results"), "run")
+    for run, recipe, _kd, shape, params, bleu, speed in rows:
+        row = rows_by_name(recipe).get(run)
+        assert row, f"README Results: no row '{run}' in bench/results/{recipe}.json"
+        assert float(bleu) == row["bleu"], f"README Results, {run}: BLEU {bleu}, committed {row['bleu']}"
+        assert params == f"{row['parameters'] / 1e6:.2f}M", (run, params, row["parameters"])
+        assert int(speed) == round(row["tokens_per_second"]), (run, speed, row["tokens_per_second"])
+        s = row["shape"]
+        layers, dim, ffn = (c.strip() for c in shape.split(","))
+        assert layers == f"{s['encoder-layers']}+{s['decoder-layers']}", (run, shape)
+        assert (int(dim), int(ffn)) == (s["encoder-embed-dim"], s["encoder-ffn-embed-dim"]), (run, shape)
+
+
+def papers_table():
+    """{step: its README row's cells (label, BLEU, against no KD, against word-level KD, ...)}."""
+    rows = table_rows(readme_section("Reproducing the papers"), "row (2+2, d = 128)")
+    table = {}
+    for cells in rows:
+        step = next((s for label, s in sorted(PAPERS_ROWS.items(), key=lambda kv: -len(kv[0]))
+                     if cells[0].startswith(label)), None)
+        assert step, f"README 'Reproducing the papers': unknown row '{cells[0]}' (add it to PAPERS_ROWS)"
+        table[step] = cells
+    return table
+
+
+def test_the_papers_table_quotes_the_committed_rows():
+    data = committed("papers")
+    rows = {row["name"]: row for row in data["rows"]}
+    tests = {t["baseline"]: t["systems"] for t in data["significance"]}
+    seeds = data["seeds"]
+    table = papers_table()
+    assert {"no-kd-2", "word-kd-2", "pkd-2", "ckd-rc-2", "alp-kd-2", "a2d-2"} <= set(table)
+    for step, cells in table.items():
+        assert step in rows, f"README 'Reproducing the papers' quotes {step}, which is not committed"
+        spread = seeds["rows"].get(step, {}).get("bleu")
+        # one seed: the run's BLEU; several: the BLEU of each seed, their mean and sd
+        allowed = {rows[step]["bleu"]} if not spread else {*spread["values"], spread["mean"], spread["sd"]}
+        quoted = numbers(cells[1])
+        assert quoted and set(quoted) <= allowed, f"{step}: README BLEU {cells[1]}, committed {sorted(allowed)}"
+        for cell, baseline in ((cells[2], "no-kd-2"), (cells[3], "word-kd-2")):
+            if not cell or step == baseline:
+                continue
+            comparison = next((c for c in seeds["comparisons"]
+                               if c["row"] == step and c["baseline"] == baseline), None)
+            single = tests[baseline][step]["bleu"]
+            results = [single] + ([r["bleu"] for r in (comparison["pooled"], *comparison["per_seed"])]
+                                  if comparison else [])
+            # a p-value may be quoted to 2 or 3 decimals
+            allowed = {x for r in results
+                       for x in (r["delta"], r["p_value"], round(r["p_value"], 3), round(r["p_value"], 2))}
+            quoted = numbers(cell)
+            assert quoted and set(quoted) <= allowed, (
+                f"{step} against {baseline}: README '{cell}', committed {sorted(allowed)}")
+
+
+def test_a_row_called_better_in_the_papers_section_has_that_verdict():
+    """The README may call a same-width row better (or worse) than a baseline only where the
+    committed comparison over seeds says so."""
+    seeds = committed("papers")["seeds"]
+    verdicts = {(c["row"], c["baseline"]): c["verdict"] for c in seeds["comparisons"]}
+    for step, cells in papers_table().items():
+        for cell, baseline in ((cells[2], "no-kd-2"), (cells[3], "word-kd-2")):
+            for word in ("better", "worse"):
+                if re.search(rf"\b{word}\b", cell):
+                    assert verdicts.get((step, baseline)) == word, (step, baseline, cell)

@@ -34,7 +34,8 @@ if [ "$fast" -ne 0 ] && [ "$fast" -ne 5 ]; then
   echo "[test] the fast tier failed (exit $fast); the slow tier was not run"
   exit "$fast"
 fi
-run_tier slow "slow" -n "${TEST_WORKERS:-auto}" --dist loadfile "$@"
+# --durations: the slowest tests, to keep the whole suite under 30 minutes
+run_tier slow "slow" -n "${TEST_WORKERS:-auto}" --dist loadfile --durations=15 "$@"
 slow=$rc
 if [ "$slow" -ne 0 ] && [ "$slow" -ne 5 ]; then
   exit "$slow"

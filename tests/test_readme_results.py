@@ -22,6 +22,7 @@ PAPERS_ROWS = {
     "ALP-KD": "alp-kd-2",
     "A2D, the paper's β = 1": "a2d-2",
     "A2D, the released code's form and weights": "a2d-released-2",
+    "A2D, the plugin's default β = 0.01": "a2d-default-2",
 }
 
 

@@ -255,6 +255,24 @@ def test_ckd_paper_form_fuses_the_teacher_side_only_where_the_widths_are_equal(c
     assert LayerKDTerm("ckd", 0.7, layer_context(6, 2, 4, 8), layer_project="teacher").project == "teacher"
 
 
+def test_ckd_paper_form_at_equal_widths_warns_once_that_its_map_can_collapse(caplog):
+    """The paper's fused map stays ckd's default where the widths are equal (fidelity), but it
+    collapsed a student of the teacher's width in configs/papers.yaml: the run says so once at
+    start-up, with the released form as the way out; the released form and pkd say nothing."""
+    with caplog.at_level("WARNING"):
+        LayerKDTerm("ckd", 0.7, layer_context(6, 2, student_dim=8, teacher_dim=8))
+    warnings = [r.message for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert "--ckd-form released" in warnings[0] and "collapse" in warnings[0]
+    assert "configs/papers.yaml" in warnings[0]
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        LayerKDTerm("ckd", 0.7, layer_context(6, 2, 8, 8), ckd_form="released")
+        LayerKDTerm("pkd", 0.7, layer_context(6, 2, 8, 8))
+        LayerKDTerm("ckd", 0.7, layer_context(6, 2, 4, 8))  # student-side by default: an info line
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 def two_layer_features(layer1, layer2):
     """One sentence of one position, d = 2; states: embedding, layer 1, layer 2."""
     states = [torch.zeros(1, 1, 2)] + [torch.tensor([[v]]) for v in (layer1, layer2)]

@@ -25,7 +25,7 @@ setup(
         "pyyaml",
     ],
     extras_require={
-        "test": ["pytest", "pytest-xdist", "matplotlib", "ctranslate2>=4.0", "sacremoses", "transformers"],
+        "test": ["pytest", "pytest-xdist", "matplotlib", "scipy", "ctranslate2>=4.0", "sacremoses", "transformers"],
         "plots": ["matplotlib"],
         "deploy": ["ctranslate2>=4.0"],  # CTranslate2 export and backend
         "teachers": ["ctranslate2>=4.0", "transformers"],  # fsd-seqkd --teacher-ctranslate2 with a Hugging Face tokenizer

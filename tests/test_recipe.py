@@ -2,6 +2,7 @@
 results, table, cache, the commands it runs, what it shows."""
 import glob
 import json
+import math
 import os
 import re
 import shlex
@@ -10,6 +11,7 @@ import sys
 import pytest
 import torch
 import yaml
+from scipy import stats as scipy_stats
 
 from helpers import REPO, run, tiny_recipe
 
@@ -746,8 +748,14 @@ def test_seeded_rows_get_mean_sd_per_seed_tests_and_a_verdict(tmp_path):
     assert all(s["bleu"]["delta"] > 90 for s in c["per_seed"])
     assert verdict([0.5, -0.1, 0.3], 0.001) == "tie" and verdict([-1, -2], 0.01) == "worse"
     assert verdict([1, 2, 3], 0.2) == "tie"
+    # Welch's t by hand: (31 - 22) / sqrt(8/2 + 2/2) = 4.02 on (4 + 1)^2 / (4^2 + 1^2) = 25/17 df
+    t, df = 9 / math.sqrt(5), 25 / 17
+    assert c["welch_bleu"]["t"] == 4.02
+    assert c["welch_bleu"]["p_value"] == pytest.approx(2 * scipy_stats.t.sf(t, df), abs=1e-4)
+    assert 0.05 < c["welch_bleu"]["p_value"] < 0.5  # two seeds a side: little power
     table = "\n".join(seeds_markdown(summary))
     assert "| base | 1, 2 | 20.00, 24.00 | 22.00 ± 2.83 |" in table and "| better |" in table
+    assert f"| +4.02 ({c['welch_bleu']['p_value']:.3f}) | better |" in table
 
 
 def test_no_verdict_before_every_planned_seed_has_run(tmp_path):

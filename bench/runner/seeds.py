@@ -5,10 +5,15 @@ A paired bootstrap on one test set says nothing about training variance, so a me
 better (or worse) than a baseline only when every seed agrees in the sign of its BLEU
 difference (seed s of the method against seed s of the baseline) *and* the paired bootstrap
 on the concatenated test outputs of all seeds (sacreBLEU's, on the references repeated once per
-seed) gives p < 0.05; otherwise the two tie.
+seed) gives p < 0.05; otherwise the two tie. Beside it, Welch's t-test (SciPy's) on the seeds'
+BLEU scores: it is the test of training variance, which resampling one test set's sentences
+does not see, but with three seeds a side it has little power, so it is reported, not voted.
 """
+import math
 import statistics
-from typing import Dict, List
+from typing import Dict, List, Optional
+
+from scipy import stats
 
 from fairseq_distill.evaluation.scoring import SIGNIFICANCE_LEVEL, paired_significance
 from fairseq_distill.text.files import read_lines
@@ -31,6 +36,17 @@ def seed_groups(steps) -> Dict[str, Dict[int, str]]:
 def spread(values: List[float]) -> dict:
     return {"values": values, "mean": round(statistics.fmean(values), 2),
             "sd": round(statistics.stdev(values), 2) if len(values) > 1 else None}
+
+
+def welch(values: List[float], baseline: List[float]) -> Optional[dict]:
+    """Welch's t-test of two rows' per-seed scores (t > 0: ``values`` higher); None with fewer than
+    two seeds a side, or no spread at all."""
+    if len(values) < 2 or len(baseline) < 2:
+        return None
+    result = stats.ttest_ind(values, baseline, equal_var=False)
+    if math.isnan(result.statistic):
+        return None
+    return {"t": round(float(result.statistic), 2), "p_value": round(float(result.pvalue), 4)}
 
 
 def verdict(deltas: List[float], pooled_p: float) -> str:
@@ -80,6 +96,8 @@ def seeds_summary(steps, done: Dict[str, dict], baselines: List[str], recipe_see
             comparisons.append({
                 "baseline": base, "row": name, "seeds": seeds, "per_seed": per_seed,
                 "pooled": {m: {k: pooled[m][k] for k in ("delta", "p_value")} for m in METRICS},
+                "welch_bleu": welch([done[runs[s]]["bleu"] for s in seeds],
+                                    [done[groups[base][s]]["bleu"] for s in seeds]),
                 "verdict": verdict([s["bleu"]["delta"] for s in per_seed], pooled["bleu"]["p_value"])
                 if seeds == planned else f"pending ({len(seeds)} of {len(planned)} seeds)",
             })
@@ -97,15 +115,20 @@ def seeds_markdown(summary: dict) -> List[str]:
                       f"{s['mean']:.2f}" + (f" ± {s['sd']:.2f}" if s["sd"] is not None else "")]
         lines.append(f"| {name} | {', '.join(map(str, row['seeds']))} | " + " | ".join(cells) + " |")
     if summary["comparisons"]:
-        lines += ["", "| row | against | ΔBLEU per seed (p) | pooled ΔBLEU (p) | pooled ΔchrF (p) | verdict |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", "| row | against | ΔBLEU per seed (p) | pooled ΔBLEU (p) | pooled ΔchrF (p) | "
+                      "Welch's t, BLEU over seeds (p) | verdict |",
+                  "|---|---|---|---|---|---|---|"]
         for c in summary["comparisons"]:
             per_seed = "; ".join(f"{s['bleu']['delta']:+.2f} ({s['bleu']['p_value']:.3f})" for s in c["per_seed"])
             pooled = [f"{c['pooled'][m]['delta']:+.2f} ({c['pooled'][m]['p_value']:.3f})" for m in METRICS]
+            w = c.get("welch_bleu")
+            welch_cell = f"{w['t']:+.2f} ({w['p_value']:.3f})" if w else "–"
             lines.append(f"| {c['row']} | {c['baseline']} | {per_seed} | {pooled[0]} | {pooled[1]} | "
-                         f"{c['verdict']} |")
+                         f"{welch_cell} | {c['verdict']} |")
         lines += ["", "Per seed: sacreBLEU's paired bootstrap of seed s against the baseline's seed s; pooled: "
                   "the same on all seeds' test outputs concatenated. A row is better (worse) only when every "
                   f"seed's ΔBLEU has that sign and the pooled test gives p < {SIGNIFICANCE_LEVEL}; else a tie; "
-                  "pending until every seed of both rows has run."]
+                  "pending until every seed of both rows has run. Welch's t-test (SciPy) on the seeds' BLEU "
+                  "scores measures training variance, which the bootstrap over sentences does not; with "
+                  "three seeds it has little power and does not enter the verdict."]
     return lines

@@ -13,8 +13,6 @@ import math
 import statistics
 from typing import Dict, List, Optional
 
-from scipy import stats
-
 from fairseq_distill.evaluation.scoring import SIGNIFICANCE_LEVEL, paired_significance
 from fairseq_distill.text.files import read_lines
 
@@ -43,6 +41,8 @@ def welch(values: List[float], baseline: List[float]) -> Optional[dict]:
     two seeds a side, or no spread at all."""
     if len(values) < 2 or len(baseline) < 2:
         return None
+    from scipy import stats  # fairseq's scikit-learn brings SciPy; only seeded recipes need it
+
     result = stats.ttest_ind(values, baseline, equal_var=False)
     if math.isnan(result.statistic):
         return None

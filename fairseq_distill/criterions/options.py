@@ -23,9 +23,8 @@ class CommonOptions:
     collapse_window: int = field(
         default=100,
         metadata={"help": "check every N updates whether a layer or attention KD term is collapsing "
-                  "(its loss per token fallen to 5%% or less of its highest, over windows of N updates) "
-                  "and warn, naming the "
-                  "term and the fix; 0 turns the check off"},
+                  "(its loss per token fallen to 5%% or less of its highest, over windows of N "
+                  "updates) and warn, naming the term and the fix; 0 turns the check off"},
     )
     stop_on_collapse: bool = field(
         default=False, metadata={"help": "end the run with that message instead of warning"}

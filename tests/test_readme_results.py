@@ -12,17 +12,26 @@ from helpers import REPO
 
 RESULTS = os.path.join(REPO, "bench", "results")
 NUMBER = re.compile(r"[+−-]?\d+(?:\.\d+)?")
-# "Reproducing the papers": the row label's first words -> the papers recipe's step
-PAPERS_ROWS = {
-    "no KD": "no-kd-2",
-    "word-level KD": "word-kd-2",
-    "PKD": "pkd-2",
-    "CKD-RC (paper form)": "ckd-rc-2",
-    "CKD-RC, the released code's form": "ckd-rc-released-2",
-    "ALP-KD": "alp-kd-2",
-    "A2D, the paper's β = 1": "a2d-2",
-    "A2D, the released code's form and weights": "a2d-released-2",
-    "A2D, the plugin's default β = 0.01": "a2d-default-2",
+# "Reproducing the papers": per table (its first header), its baselines and each row label's
+# first words -> the papers recipe's step
+PAPERS_TABLES = {
+    "row (2+2, d = 128)": (("no-kd-2", "word-kd-2"), {
+        "no KD": "no-kd-2",
+        "word-level KD": "word-kd-2",
+        "PKD": "pkd-2",
+        "CKD-RC (paper form)": "ckd-rc-2",
+        "CKD-RC, the released code's form": "ckd-rc-released-2",
+        "ALP-KD": "alp-kd-2",
+        "A2D, the paper's β = 1": "a2d-2",
+        "A2D, the released code's form and weights": "a2d-released-2",
+        "A2D, the plugin's default β = 0.01": "a2d-default-2",
+    }),
+    "row (3+3, d = 128)": (("no-kd-3", "word-kd-3"), {
+        "no KD": "no-kd-3",
+        "word-level KD": "word-kd-3",
+        "A2D, the paper's β = 1": "a2d-3",
+        "A2D, the released code's form and weights": "a2d-released-3",
+    }),
 }
 
 
@@ -73,25 +82,28 @@ def test_the_results_table_quotes_the_committed_rows():
         assert (int(dim), int(ffn)) == (s["encoder-embed-dim"], s["encoder-ffn-embed-dim"]), (run, shape)
 
 
-def papers_table():
-    """{step: its README row's cells (label, BLEU, against no KD, against word-level KD, ...)}."""
-    rows = table_rows(readme_section("Reproducing the papers"), "row (2+2, d = 128)")
+def papers_table(header: str):
+    """{step: its README row's cells (label, BLEU, against no KD, against word-level KD, ...)} of
+    the 'Reproducing the papers' table whose first header is given."""
+    labels = PAPERS_TABLES[header][1]
     table = {}
-    for cells in rows:
-        step = next((s for label, s in sorted(PAPERS_ROWS.items(), key=lambda kv: -len(kv[0]))
+    for cells in table_rows(readme_section("Reproducing the papers"), header):
+        step = next((s for label, s in sorted(labels.items(), key=lambda kv: -len(kv[0]))
                      if cells[0].startswith(label)), None)
-        assert step, f"README 'Reproducing the papers': unknown row '{cells[0]}' (add it to PAPERS_ROWS)"
+        assert step, f"README 'Reproducing the papers', '{header}': unknown row '{cells[0]}' (add it to PAPERS_TABLES)"
         table[step] = cells
     return table
 
 
-def test_the_papers_table_quotes_the_committed_rows():
+@pytest.mark.parametrize("header", PAPERS_TABLES)
+def test_the_papers_tables_quote_the_committed_rows(header):
     data = committed("papers")
     rows = {row["name"]: row for row in data["rows"]}
     tests = {t["baseline"]: t["systems"] for t in data["significance"]}
     seeds = data["seeds"]
-    table = papers_table()
-    assert {"no-kd-2", "word-kd-2", "pkd-2", "ckd-rc-2", "alp-kd-2", "a2d-2"} <= set(table)
+    baselines = PAPERS_TABLES[header][0]
+    table = papers_table(header)
+    assert set(baselines) <= set(table)
     for step, cells in table.items():
         assert step in rows, f"README 'Reproducing the papers' quotes {step}, which is not committed"
         spread = seeds["rows"].get(step, {}).get("bleu")
@@ -99,7 +111,7 @@ def test_the_papers_table_quotes_the_committed_rows():
         allowed = {rows[step]["bleu"]} if not spread else {*spread["values"], spread["mean"], spread["sd"]}
         quoted = numbers(cells[1])
         assert quoted and set(quoted) <= allowed, f"{step}: README BLEU {cells[1]}, committed {sorted(allowed)}"
-        for cell, baseline in ((cells[2], "no-kd-2"), (cells[3], "word-kd-2")):
+        for cell, baseline in zip(cells[2:4], baselines):
             if not cell or step == baseline:
                 continue
             comparison = next((c for c in seeds["comparisons"]
@@ -123,8 +135,10 @@ def test_a_row_called_better_in_the_papers_section_has_that_verdict():
     committed comparison over seeds says so."""
     seeds = committed("papers")["seeds"]
     verdicts = {(c["row"], c["baseline"]): c["verdict"] for c in seeds["comparisons"]}
-    for step, cells in papers_table().items():
-        for cell, baseline in ((cells[2], "no-kd-2"), (cells[3], "word-kd-2")):
+    quoted = [(step, cells, baselines) for header, (baselines, _) in PAPERS_TABLES.items()
+              for step, cells in papers_table(header).items()]
+    for step, cells, baselines in quoted:
+        for cell, baseline in zip(cells[2:4], baselines):
             for word in ("better", "worse"):
                 if re.search(rf"\b{word}\b", cell):
                     assert verdicts.get((step, baseline)) == word, (step, baseline, cell)

@@ -14,11 +14,22 @@ from fairseq_distill.losses import alp_attention, alp_fuse, masked_mse, mean_poo
 logger = logging.getLogger(__name__)
 
 
-def warn_teacher_side_projection():
+def warn_teacher_side_projection(equal_widths: bool = False):
     """A learned map of the teacher's states makes the target movable: the map and the student
     can settle on one constant vector (with unit-normalised states, one shared direction, so
     normalising does not prevent it), the layer loss vanishes and the student unlearns. A map
-    of the student's state keeps the teacher's own states as a fixed target."""
+    of the student's state keeps the teacher's own states as a fixed target. At equal widths
+    the map is CKD's own fused map (Eq. 3), kept as ckd's default there for fidelity, though it
+    collapsed there too (configs/papers.yaml)."""
+    if equal_widths:
+        logger.warning(
+            "the teacher's states are fused by a learned map trained with the student (the CKD "
+            "paper's form, --ckd-project teacher); at the teacher's width too it can collapse: map "
+            "and student settle on states the layer loss matches while the student unlearns, as in "
+            "configs/papers.yaml (README.md, 'Reproducing the papers'). The collapse watch warns if it "
+            "happens (--stop-on-collapse ends the run); the authors' released form keeps the "
+            "teacher's states as a fixed target: --ckd-form released")
+        return
     logger.warning(
         "the teacher's states go through a learned projection (the widths differ): the projection "
         "and the student can collapse onto one vector or direction, unit-normalised or not, so the "
@@ -41,11 +52,11 @@ class CombinationFuser(nn.Module):
                 maps.append(nn.Identity())
             elif project == "teacher":
                 maps.append(nn.Linear(fused_dim, student_dim))
-                if student_dim != teacher_dim:  # at equal widths this is CKD's own fused map (Eq. 3)
-                    warn_teacher_side_projection()
             else:
                 maps.append(nn.Linear(student_dim, fused_dim))
         self.maps = nn.ModuleList(maps)
+        if project == "teacher" and any(isinstance(m, nn.Linear) for m in maps):  # once per fuser
+            warn_teacher_side_projection(equal_widths=student_dim == teacher_dim)
 
     def forward(self, index, student_state, teacher_states, mask):
         concat = torch.cat(teacher_states, dim=-1) if len(teacher_states) > 1 else teacher_states[0]

@@ -249,18 +249,6 @@ class LayerKDTerm(DistillationTerm):
                             f"{{{','.join(map(str, wide[0]))}}}: use ckd for groups")
                 fusers[s] = CombinationFuser(groups, s_dim, t_dim, project, self.normalize, self.reduction)
         self.fusers = nn.ModuleDict(fusers)
-        if project == "teacher" and any(
-                student_shape[s][1] == teacher_shape[s][1] and isinstance(fuser, CombinationFuser)
-                and any(isinstance(m, nn.Linear) for m in fuser.maps) for s, fuser in fusers.items()):
-            # the paper's own map (CKD's Eq. 3), kept as the default at equal widths for fidelity;
-            # between different widths fusers.warn_teacher_side_projection speaks instead
-            logger.warning(
-                f"{method}: the teacher's states are fused by a learned map trained with the student "
-                f"(the CKD paper's form, --ckd-project teacher); at the teacher's width too it can "
-                f"collapse: map and student settle on states the layer loss matches while the student "
-                f"unlearns, as in configs/papers.yaml (README.md, 'Reproducing the papers'). The "
-                f"collapse watch warns if it happens (--stop-on-collapse ends the run); the authors' "
-                f"released form keeps the teacher's states as a fixed target: --ckd-form released")
 
     @classmethod
     def from_config(cls, cfg, context: TermContext, names: Sequence[str] = ()) -> "LayerKDTerm":

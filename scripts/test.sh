@@ -5,10 +5,10 @@
 #   scripts/test.sh [all] [ARGS]  the fast tier, then the slow one (-m slow: fairseq-train,
 #                                 fairseq-generate and fsd-* runs in subprocesses); each test once,
 #                                 and a failing fast tier ends the run before the slow one
-# The slow tier runs on one pytest-xdist worker per core (TEST_WORKERS=N to choose, 0 for none),
+# Both tiers run on one pytest-xdist worker per core (TEST_WORKERS=N to choose, 0 for none),
 # each test file on one worker (its module fixtures are made once), one thread per worker
-# (tests/conftest.py): most of its time is process start-up and tiny models, which one core runs
-# as fast as two.
+# (tests/conftest.py): most of their time is Python, process start-up and tiny models, which one
+# core runs as fast as two.
 # A tier that selects no tests fails, unless ARGS narrowed the selection and the other tier ran tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +24,7 @@ run_tier() {
   .venv/bin/python -m pytest -q -p no:cacheprovider -m "$expr" "$@" || rc=$?
 }
 
-run_tier fast "not slow" "$@"
+run_tier fast "not slow" -n "${TEST_WORKERS:-auto}" --dist loadfile "$@"
 fast=$rc
 if [ "$tier" = fast ]; then
   [ "$fast" -eq 5 ] && echo "[test] the fast tier selected no tests"

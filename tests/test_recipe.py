@@ -46,6 +46,26 @@ TINY = {"encoder-layers": 1, "decoder-layers": 1, "encoder-embed-dim": 16, "deco
         "decoder-attention-heads": 2, "arch": "transformer"}
 
 
+def check_paired_significance(results: dict, table: str):
+    """``compare: {baseline: [STEP, ...]}`` (here teacher and student-seqkd-wordkd): every other
+    row against each, sacreBLEU's paired bootstrap on the saved hypotheses, in the results JSON
+    and under the table."""
+    tested, reverse = results["significance"]
+    assert tested["baseline"] == "teacher" and tested["test"] == "bootstrap" and tested["samples"] == 1000
+    assert list(tested["systems"]) == ["student-seqkd-wordkd", "student-cached"]
+    assert reverse["baseline"] == "student-seqkd-wordkd" and list(reverse["systems"]) == ["teacher", "student-cached"]
+    assert reverse["systems"]["teacher"]["bleu"]["delta"] == -tested["systems"]["student-seqkd-wordkd"]["bleu"]["delta"]
+    student = tested["systems"]["student-seqkd-wordkd"]
+    rows = {r["name"]: r for r in results["rows"]}
+    assert student["bleu"]["score"] == rows["student-seqkd-wordkd"]["bleu"]
+    assert student["bleu"]["baseline"] == rows["teacher"]["bleu"]
+    assert set(student) == {"bleu", "chrf", "chrf++"} and 0 < student["chrf"]["p_value"] <= 1
+    assert "hypotheses" not in rows["teacher"]  # machine paths stay in the work dir's records
+    assert f"| student-seqkd-wordkd | {student['bleu']['score']:.2f}" in table
+    assert "Paired bootstrap test against teacher (1000 samples, seed 12345)" in table
+    assert "Paired bootstrap test against student-seqkd-wordkd (1000 samples, seed 12345)" in table
+
+
 @pytest.mark.slow
 def test_recipe_runs_caches_and_reports(tmp_path):
     config = tiny_recipe(tmp_path, "tiny", {"teacher": TINY, "student": TINY}, [
@@ -59,6 +79,9 @@ def test_recipe_runs_caches_and_reports(tmp_path):
         {"name": "student-cached", "model": "student", "data": "seqkd-data", "teacher-cache": "cache",
          "criterion": "word_kd", "criterion-args": {"kd-weight": 0.5}},
     ])
+    cfg = yaml.safe_load(config.read_text())
+    cfg["compare"] = {"baseline": ["teacher", "student-seqkd-wordkd"]}
+    config.write_text(yaml.safe_dump(cfg))
     cmd = recipe_cmd(config, "--workdir", str(tmp_path / "work"), "--results", str(tmp_path / "results"))
     out = run(cmd).stdout
     assert "word_kd_loss" in out  # fairseq's progress output is shown
@@ -84,6 +107,7 @@ def test_recipe_runs_caches_and_reports(tmp_path):
     table = open(tmp_path / "results" / "tiny.md").read()
     assert re.search(r"\| student-seqkd-wordkd \| 1\+1, 16, 32 \| 0\.\d\dM \| word_kd \(kd-weight=0.5\) \| "
                      r"seqkd-data \| 1 \| 6 \|", table), table
+    check_paired_significance(results, table)
 
     # a record written before runs kept their own update count gets it from its last checkpoint
     record_path = os.path.join(os.path.dirname(student["checkpoint"]), "record.json")
@@ -501,35 +525,6 @@ def test_training_progress_shows_epochs_and_their_losses(tty):
                             stream.text), repr(stream.text)
     else:  # a pipe or a file: whole lines only
         assert re.fullmatch(epoch + re.escape("[1/2] teacher: done\n"), stream.text), repr(stream.text)
-
-
-@pytest.mark.slow
-def test_compare_adds_paired_significance_against_each_baseline(tmp_path):
-    """``compare: {baseline: [STEP, ...]}``: every other row against each, sacreBLEU's paired
-    bootstrap on the saved hypotheses, in the results JSON and under the table."""
-    config = tiny_recipe(tmp_path, "cmp", {"teacher": TINY, "student": TINY}, [
-        {"name": "teacher", "model": "teacher"},
-        {"name": "student-wordkd", "model": "student", "teacher": "teacher", "criterion": "word_kd"},
-    ])
-    cfg = yaml.safe_load(config.read_text())
-    cfg["compare"] = {"baseline": ["teacher", "student-wordkd"]}
-    config.write_text(yaml.safe_dump(cfg))
-    run(recipe_cmd(config, "--workdir", str(tmp_path / "work"), "--results", str(tmp_path / "results")))
-    results = json.load(open(tmp_path / "results" / "cmp.json"))
-    tested, reverse = results["significance"]
-    assert reverse["baseline"] == "student-wordkd" and list(reverse["systems"]) == ["teacher"]
-    assert reverse["systems"]["teacher"]["bleu"]["delta"] == -tested["systems"]["student-wordkd"]["bleu"]["delta"]
-    assert tested["baseline"] == "teacher" and tested["test"] == "bootstrap" and tested["samples"] == 1000
-    student = tested["systems"]["student-wordkd"]
-    rows = {r["name"]: r for r in results["rows"]}
-    assert student["bleu"]["score"] == rows["student-wordkd"]["bleu"]
-    assert student["bleu"]["baseline"] == rows["teacher"]["bleu"]
-    assert set(student) == {"bleu", "chrf", "chrf++"} and 0 < student["chrf"]["p_value"] <= 1
-    assert "hypotheses" not in rows["teacher"]  # machine paths stay in the work dir's records
-    table = open(tmp_path / "results" / "cmp.md").read()
-    assert f"| student-wordkd | {student['bleu']['score']:.2f}" in table
-    assert "Paired bootstrap test against teacher (1000 samples, seed 12345)" in table
-    assert "Paired bootstrap test against student-wordkd (1000 samples, seed 12345)" in table
 
 
 STOPPED_RUNNER = """

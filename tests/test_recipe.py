@@ -721,6 +721,30 @@ def test_a_step_with_seeds_runs_once_per_seed_and_keeps_its_own_key_for_the_reci
             load_checked(demo_variant(tmp_path, lambda c: step_named(c, "student").update(seeds=bad)))
 
 
+def test_results_written_after_each_step_keep_every_finished_row(tmp_path, monkeypatch):
+    """``--only STEP`` on a recipe with finished steps after STEP: the results written when
+    STEP finishes (what an interrupted benchmark leaves) list every finished row, not only the
+    steps before it."""
+    from bench.runner import execute
+
+    finished = {"teacher": {"kind": "train"}, "seqkd-data": {"kind": "seqkd"},
+                "student-wordkd": {"kind": "train"}, "student-seqkd-wordkd": {"kind": "train"}}
+    for record in finished.values():
+        record.update(checkpoint="/nonexistent/model.pt", evaluated_checkpoint="best")
+    written = []
+    monkeypatch.setattr(execute.records, "local_records", lambda plan: dict(finished))
+    monkeypatch.setattr(execute.records, "save", lambda plan, step, record: None)
+    monkeypatch.setattr(execute.Runner, "prepare_data", lambda self: None)
+    monkeypatch.setattr(execute.Runner, "run_step", lambda self, step, label: {
+        "kind": "train", "checkpoint": "/nonexistent/student.pt", "evaluated_checkpoint": "best"})
+    monkeypatch.setattr(execute, "write_results", lambda *args: written.append(list(args[5])) or "")
+    runner = execute.Runner(demo_variant(tmp_path, lambda cfg: None), str(tmp_path / "work"),
+                            str(tmp_path / "results"), only=["student"])
+    runner.run()
+    every = ["teacher", "seqkd-data", "student", "student-wordkd", "student-seqkd-wordkd"]  # recipe order
+    assert written == [every, every]  # after the step, and at the end
+
+
 def test_seeded_rows_get_mean_sd_per_seed_tests_and_a_verdict(tmp_path):
     """By hand: BLEU 20, 22, 24 -> mean 22, sd 2; a system equal to its references on every seed
     beats a baseline that is wrong on every line, in every seed and pooled: 'better'."""

@@ -183,12 +183,14 @@ class Runner:
         for step in reversed(plan.steps):  # a step that runs needs its dependencies' files here
             if step["name"] in must_run:
                 must_run.update(d for d in dependencies(step) if d not in local)
+        # finished steps not run now keep their rows, in the results written after each step too
+        for step in plan.steps:
+            name = step["name"]
+            if name not in names and (name in local or name in committed):
+                self.done[name] = local.get(name) or committed[name]
         for step in plan.steps:
             name = step["name"]
             if name not in names:
-                # not run now, but a finished step keeps its row in the results
-                if name in local or name in committed:
-                    self.done[name] = local.get(name) or committed[name]
                 continue
             label = f"[{number[name]}/{len(selected)}] {name}"
             if name in local:
@@ -219,8 +221,9 @@ class Runner:
         return [r for r in self.done.values() if r["kind"] == "train"]
 
     def write_results(self) -> str:
+        done = {s["name"]: self.done[s["name"]] for s in self.cfg["steps"] if s["name"] in self.done}  # recipe order
         return write_results(self.results_dir, self.name, self.path, self.plan.evaluated_checkpoint,
-                             self.cfg["steps"], self.done, self.cfg.get("compare"), self.cfg.get("seed", 1))
+                             self.cfg["steps"], done, self.cfg.get("compare"), self.cfg.get("seed", 1))
 
     def say_where(self) -> None:
         trained = [(n, r["checkpoint"]) for n, r in self.done.items() if r["kind"] == "train"]

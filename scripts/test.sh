@@ -15,6 +15,11 @@ cd "$(dirname "$0")/.."
 tier=all
 case "${1:-}" in fast|all) tier=$1; shift ;; esac
 bash scripts/setup_env.sh
+# The data and teachers the session fixtures make are made once for both tiers and every worker
+# (tests/conftest.py: shared_build), in a folder of this run's own, removed at the end.
+FSD_TEST_SHARED=$(mktemp -d "${TMPDIR:-/tmp}/fsd-test-shared.XXXXXX")
+export FSD_TEST_SHARED
+trap 'rm -rf "$FSD_TEST_SHARED"' EXIT
 
 # runs one tier; sets rc to pytest's exit code
 run_tier() {

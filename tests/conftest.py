@@ -7,7 +7,10 @@ rest, unit tests and tiny in-process runs, are the fast tier (``make test-fast``
 ``pytest -m "not slow"``). Session and module fixtures may start processes for both tiers
 (``tiny_data``, ``tiny_teacher``, ``deep_teacher``); a test not marked slow that starts one
 itself fails, saying so."""
+import fcntl
 import os
+import pathlib
+import shutil
 import subprocess
 
 # Under pytest-xdist (scripts/test.sh runs the slow tier on one worker per core) each worker and
@@ -64,39 +67,64 @@ def _fast_tests_start_no_process(request, monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", Refused)
 
 
+def shared_build(tmp_path_factory, name, build):
+    """The folder ``name``, made once by ``build(folder)`` for every worker of this pytest run, and
+    for both tiers of one ``scripts/test.sh`` run (which sets FSD_TEST_SHARED to a folder of its
+    own and removes it at the end): each worker and tier building the same data and teachers
+    again cost minutes of the suite. A lock file makes the other workers wait for the first; a
+    build that failed leaves no completion mark, so the next one starts again from nothing.
+    Users must treat the folder as read-only."""
+    if os.environ.get("FSD_TEST_SHARED"):
+        base = pathlib.Path(os.environ["FSD_TEST_SHARED"])
+    elif os.environ.get("PYTEST_XDIST_WORKER"):
+        base = tmp_path_factory.getbasetemp().parent  # this run's folder, above the workers' own
+    else:
+        base = tmp_path_factory.getbasetemp()
+    folder, done = base / name, base / f"{name}.complete"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory):
     """Binarized data-bin from 400/40/40 Multi30k sentence pairs, sentencepiece vocab 300."""
-    root = tmp_path_factory.mktemp("tiny_data")
-    raw = write_raw_corpus(root / "raw_in", 400, 40, 40)
-    run(prepare_corpus_argv(raw, root / "prep", "--vocab-size", "300", "--workers", "1"))
-    return str(root / "prep" / "bin")
+    def build(root):
+        raw = write_raw_corpus(root / "raw_in", 400, 40, 40)
+        run(prepare_corpus_argv(raw, root / "prep", "--vocab-size", "300", "--workers", "1"))
+    return str(shared_build(tmp_path_factory, "tiny_data", build) / "prep" / "bin")
 
 
 @pytest.fixture(scope="session")
 def tiny_teacher(tiny_data, tmp_path_factory):
     """A tiny stock-fairseq teacher checkpoint trained for 30 updates."""
-    save = tmp_path_factory.mktemp("teacher")
-    fairseq_train(tiny_data, str(save), "--max-update", "30", "--criterion", "label_smoothed_cross_entropy")
-    return str(save / "checkpoint_last.pt")
+    def build(save):
+        fairseq_train(tiny_data, str(save), "--max-update", "30", "--criterion", "label_smoothed_cross_entropy")
+    return str(shared_build(tmp_path_factory, "teacher", build) / "checkpoint_last.pt")
 
 
 @pytest.fixture(scope="session")
 def deep_teacher(tiny_data, tmp_path_factory):
     """A 3+2-layer, 24-wide stock-fairseq teacher (``DEEP_TEACHER``) trained for 20 updates."""
-    save = tmp_path_factory.mktemp("deep_teacher")
-    run(python_module("fairseq_cli.train", tiny_data, *TRAIN_FLAGS, *DEEP_TEACHER, "--save-dir", str(save),
-                      "--max-update", "20", "--criterion", "label_smoothed_cross_entropy"))
-    return str(save / "checkpoint_last.pt")
+    def build(save):
+        run(python_module("fairseq_cli.train", tiny_data, *TRAIN_FLAGS, *DEEP_TEACHER, "--save-dir", str(save),
+                          "--max-update", "20", "--criterion", "label_smoothed_cross_entropy"))
+    return str(shared_build(tmp_path_factory, "deep_teacher", build) / "checkpoint_last.pt")
 
 
 @pytest.fixture(scope="session")
 def fluent_teacher(tiny_data, tmp_path_factory):
     """A small teacher trained until it writes real sentences that mostly end before the limit
     (as tests/test_ctranslate2.py's student): the CTranslate2 tests' teacher."""
-    root = tmp_path_factory.mktemp("fluent_teacher")
     wide = [f"--{side}-{what}" for side in ("encoder", "decoder") for what in ("embed-dim", "ffn-embed-dim")]
-    fairseq_train(tiny_data, str(root), "--criterion", "label_smoothed_cross_entropy",
-                  "--max-update", "150", "--lr", "0.005", "--log-interval", "50",
-                  *[x for flag, dim in zip(wide, ("32", "64", "32", "64")) for x in (flag, dim)])
-    return str(root / "checkpoint_last.pt")
+
+    def build(root):
+        fairseq_train(tiny_data, str(root), "--criterion", "label_smoothed_cross_entropy",
+                      "--max-update", "150", "--lr", "0.005", "--log-interval", "50",
+                      *[x for flag, dim in zip(wide, ("32", "64", "32", "64")) for x in (flag, dim)])
+    return str(shared_build(tmp_path_factory, "fluent_teacher", build) / "checkpoint_last.pt")

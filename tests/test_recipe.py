@@ -737,7 +737,7 @@ def test_results_written_after_each_step_keep_every_finished_row(tmp_path, monke
     monkeypatch.setattr(execute.Runner, "prepare_data", lambda self: None)
     monkeypatch.setattr(execute.Runner, "run_step", lambda self, step, label: {
         "kind": "train", "checkpoint": "/nonexistent/student.pt", "evaluated_checkpoint": "best"})
-    monkeypatch.setattr(execute, "write_results", lambda *args: written.append(list(args[5])) or "")
+    monkeypatch.setattr(execute, "write_results", lambda *args, **kw: written.append(list(args[5])) or "")
     runner = execute.Runner(demo_variant(tmp_path, lambda cfg: None), str(tmp_path / "work"),
                             str(tmp_path / "results"), only=["student"])
     runner.run()
@@ -860,3 +860,45 @@ def test_an_external_seqkd_step_exports_the_teacher_and_teaches_it_as_a_pretrain
     options = lambda argv: [a for a in argv[argv.index("--work") + 2:] if a not in ("--backend", "ctranslate2")]
     assert options(external[1]) == options(backend[0]) == ["--beam", "4", "--batch-size", "128", "--compute-type",
                                                           "int8", "--threads", "2"]
+
+
+def test_paired_tests_are_kept_per_pair_and_tested_again_only_when_an_input_changes(tmp_path, monkeypatch):
+    """Results are rewritten after every step; each (baseline, system) pair's paired test is kept
+    in the work dir and reused. That is sound because sacreBLEU tests each system on its own
+    resamples: a pair tested alone gives what it gives among others."""
+    from bench.runner import paired_tests as kept
+    from fairseq_distill.evaluation.scoring import paired_significance
+
+    refs = [f"ein satz nummer {i} mit einigen woertern darin" for i in range(40)]
+    base = ("base", [r if i % 3 else "ganz anders" for i, r in enumerate(refs)])
+    a = ("a", [r if i % 4 else "etwas anders hier" for i, r in enumerate(refs)])
+    b = ("b", [r if i % 5 else r.replace("satz", "text") for i, r in enumerate(refs)])
+    both = paired_significance(base, [a, b], refs)
+    asked = []
+
+    def counted(baseline, systems, references, test):
+        asked.append([name for name, _ in systems])
+        return paired_significance(baseline, systems, references, test)
+
+    monkeypatch.setattr(kept, "paired_significance", counted)
+    keep = str(tmp_path / "paired-tests")
+    alone = kept.paired_tests(base, [a], refs, keep_dir=keep)
+    assert alone["systems"]["a"] == both["systems"]["a"] and asked == [["a"]]
+    # b is tested, a is read; the result is the one all tested at once give, key order included
+    together = kept.paired_tests(base, [a, b], refs, keep_dir=keep)
+    assert asked == [["a"], ["b"]] and json.dumps(together) == json.dumps(both)
+    assert kept.paired_tests(base, [a, b], refs, keep_dir=keep) == both and len(asked) == 2
+    # kept by content: a renamed row reuses its result, under its new name
+    renamed = kept.paired_tests(base, [("a-seed1", a[1])], refs, keep_dir=keep)
+    assert renamed["systems"]["a-seed1"] == both["systems"]["a"] and len(asked) == 2
+    # a changed output, baseline, reference or test is tested again
+    changed = ("a", a[1][:-1] + ["ein ganz neuer satz"])
+    for args in ((base, [changed], refs), (("base", a[1]), [b], refs), (base, [a], refs[:-1] + ["x"]),
+                 (base, [a], refs, "randomization")):
+        kept.paired_tests(*args, keep_dir=keep)
+    assert len(asked) == 6
+    assert len(os.listdir(keep)) == 6
+    # SACREBLEU_SEED=none draws fresh samples each time: nothing is kept or read
+    monkeypatch.setenv("SACREBLEU_SEED", "none")
+    kept.paired_tests(base, [a], refs, keep_dir=keep)
+    assert len(asked) == 7 and len(os.listdir(keep)) == 6

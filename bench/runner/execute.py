@@ -223,7 +223,8 @@ class Runner:
     def write_results(self) -> str:
         done = {s["name"]: self.done[s["name"]] for s in self.cfg["steps"] if s["name"] in self.done}  # recipe order
         return write_results(self.results_dir, self.name, self.path, self.plan.evaluated_checkpoint,
-                             self.cfg["steps"], done, self.cfg.get("compare"), self.cfg.get("seed", 1))
+                             self.cfg["steps"], done, self.cfg.get("compare"), self.cfg.get("seed", 1),
+                             keep_dir=os.path.join(self.workdir, "paired-tests"))
 
     def say_where(self) -> None:
         trained = [(n, r["checkpoint"]) for n, r in self.done.items() if r["kind"] == "train"]

@@ -9,11 +9,11 @@ from typing import Dict, List, Optional
 import torch
 
 from fairseq_distill.evaluation.scoring import markdown as significance_markdown
-from fairseq_distill.evaluation.scoring import paired_significance
 from fairseq_distill.text.files import read_lines
 
 from .config import compared_baselines, dependencies
 from .host import SPEED_SETUP
+from .paired_tests import paired_tests
 from .plan import REPO
 from .seeds import seed_groups, seeds_markdown, seeds_summary
 
@@ -115,11 +115,12 @@ def results_rows(steps, done: Dict[str, dict]) -> List[dict]:
             if s["name"] in done and done[s["name"]]["kind"] == "train"]
 
 
-def significance(compare: Optional[dict], steps, done: Dict[str, dict]) -> List[dict]:
+def significance(compare: Optional[dict], steps, done: Dict[str, dict], keep_dir: Optional[str] = None) -> List[dict]:
     """The recipe's ``compare: {baseline: STEP or [STEP, ...]}``: for each baseline, every other
     finished training step against it, with sacreBLEU's paired test on the saved test-set
     hypotheses (``test: bootstrap|randomization``); one result per baseline that has
-    finished. Steps evaluated before hypotheses were recorded are listed."""
+    finished. Steps evaluated before hypotheses were recorded are listed. ``keep_dir``: where
+    each pair's result is kept for the next write (``paired_tests``)."""
     trained = [s["name"] for s in steps if done.get(s["name"], {}).get("kind") == "train"]
     saved = [n for n in trained if done[n].get("hypotheses") and os.path.isfile(done[n]["hypotheses"])]
     hypotheses = {}  # read once, whatever the number of baselines
@@ -133,9 +134,9 @@ def significance(compare: Optional[dict], steps, done: Dict[str, dict]) -> List[
     for base in compared_baselines(compare, steps):
         if base not in saved or len(saved) < 2 or not os.path.isfile(str(done[base].get("references"))):
             continue
-        result = paired_significance((base, read(base)), [(n, read(n)) for n in saved if n != base],
-                                     read_lines(done[base]["references"], what="references"),
-                                     compare.get("test", "bootstrap"))
+        result = paired_tests((base, read(base)), [(n, read(n)) for n in saved if n != base],
+                              read_lines(done[base]["references"], what="references"),
+                              compare.get("test", "bootstrap"), keep_dir)
         result["not_tested"] = [n for n in trained if n not in saved]
         results.append(result)
     return results
@@ -157,10 +158,11 @@ def results_markdown(rows, runs: Dict[str, str], tested, seeds: Optional[dict] =
 
 
 def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, done: Dict[str, dict],
-                  compare: Optional[dict] = None, recipe_seed: int = 1) -> str:
-    """Write ``<name>.json`` and ``<name>.md`` into ``results_dir`` (if given); returns the table."""
-    tested = significance(compare, steps, done)
-    seeded = seeds_summary(steps, done, compared_baselines(compare, steps), recipe_seed) \
+                  compare: Optional[dict] = None, recipe_seed: int = 1, keep_dir: Optional[str] = None) -> str:
+    """Write ``<name>.json`` and ``<name>.md`` into ``results_dir`` (if given); returns the table.
+    ``keep_dir``: where the paired tests are kept between writes (``paired_tests``)."""
+    tested = significance(compare, steps, done, keep_dir)
+    seeded = seeds_summary(steps, done, compared_baselines(compare, steps), recipe_seed, keep_dir) \
         if seed_groups(steps) else None
     meta = {"recipe": name, "config": os.path.relpath(config_path, REPO),
             "machine": {"cpu_threads": torch.get_num_threads(),

@@ -13,8 +13,10 @@ import math
 import statistics
 from typing import Dict, List, Optional
 
-from fairseq_distill.evaluation.scoring import SIGNIFICANCE_LEVEL, paired_significance
+from fairseq_distill.evaluation.scoring import SIGNIFICANCE_LEVEL
 from fairseq_distill.text.files import read_lines
+
+from .paired_tests import paired_tests
 
 METRICS = ("bleu", "chrf")
 
@@ -57,9 +59,11 @@ def verdict(deltas: List[float], pooled_p: float) -> str:
     return "tie"
 
 
-def seeds_summary(steps, done: Dict[str, dict], baselines: List[str], recipe_seed: int = 1) -> dict:
+def seeds_summary(steps, done: Dict[str, dict], baselines: List[str], recipe_seed: int = 1,
+                  keep_dir: Optional[str] = None) -> dict:
     """Per seeded row its scores per seed with mean and sd; per (baseline, row) the per-seed
-    paired tests, the pooled test and the verdict. Rows or seeds not finished are left out."""
+    paired tests, the pooled test and the verdict. Rows or seeds not finished are left out.
+    ``keep_dir``: where the paired tests are kept between calls (``paired_tests``)."""
     groups = {name: {(recipe_seed if seed == 0 else seed): run for seed, run in runs.items()}
               for name, runs in seed_groups(steps).items()}
     rows = {}
@@ -84,12 +88,13 @@ def seeds_summary(steps, done: Dict[str, dict], baselines: List[str], recipe_see
             for seed in seeds:
                 hyp = read_lines(done[runs[seed]]["hypotheses"], what="hypotheses")
                 base_hyp = read_lines(done[groups[base][seed]]["hypotheses"], what="hypotheses")
-                result = paired_significance((base, base_hyp), [(name, hyp)], refs)["systems"][name]
+                result = paired_tests((base, base_hyp), [(name, hyp)], refs, keep_dir=keep_dir)["systems"][name]
                 per_seed.append({"seed": seed, **{m: {k: result[m][k] for k in ("delta", "p_value")}
                                                   for m in METRICS}})
                 pooled_sys += hyp
                 pooled_base += base_hyp
-            pooled = paired_significance((base, pooled_base), [(name, pooled_sys)], refs * len(seeds))["systems"][name]
+            pooled = paired_tests((base, pooled_base), [(name, pooled_sys)], refs * len(seeds),
+                                  keep_dir=keep_dir)["systems"][name]
             # one seed's significant difference is not "better": the verdict waits for every seed
             # that both rows are planned with
             planned = sorted(set(runs) & set(groups[base]))

@@ -805,6 +805,39 @@ def test_no_verdict_before_every_planned_seed_has_run(tmp_path):
     assert "| better |" in "\n".join(seeds_markdown(summary))
 
 
+def test_seeds_made_from_another_teacher_run_or_cpu_are_named_and_unshared_pairs_marked(tmp_path):
+    """A teacher retrained between seeds (a lost work dir, another machine): the seeds table says
+    which seeds used which teacher run and CPU, and marks a compared pair of seeds that did not
+    use the same teacher run; seeds that differ only in the seed get no note."""
+    from bench.runner.seeds import seeds_markdown, seeds_summary
+
+    refs = [f"ein satz nummer {i} mit einigen woertern darin" for i in range(30)]
+    (tmp_path / "refs.txt").write_text("\n".join(refs) + "\n")
+    steps = [{"name": n, "model": "s"} for n in ("base", "kd")] + [
+        {"name": f"{n}-seed{k}", "model": "s", "seed": k, "seed_of": n} for n in ("base", "kd") for k in (2, 3)]
+    def record(teacher, cpu):
+        return {"bleu": 30.0, "chrf": 50.0, "hypotheses": str(tmp_path / "refs.txt"),
+                "references": str(tmp_path / "refs.txt"), "uses": {"teacher": teacher}, "cpu": cpu}
+    done = {"base": record("t1", "Xeon"), "base-seed2": record("t1", "Xeon"), "base-seed3": record("t2", "EPYC"),
+            "kd": record("t1", "Xeon"), "kd-seed2": record("t1", "Xeon"), "kd-seed3": record("t3", "EPYC")}
+    summary = seeds_summary(steps, done, ["base"])
+    assert summary["rows"]["kd"]["seeds_differ"] == {
+        "runs": {"teacher": {"1": "t1", "2": "t1", "3": "t3"}}, "cpus": {"1": "Xeon", "2": "Xeon", "3": "EPYC"}}
+    (c,) = summary["comparisons"]
+    assert [s.get("unshared") for s in c["per_seed"]] == [None, None, ["teacher"]]
+    table = "\n".join(seeds_markdown(summary))
+    assert "| kd | base | +0.00 (0.001); +0.00 (0.001); +0.00 (0.001) ‡ |" in table
+    assert ("kd: teacher run (seeds 1, 2: t1; seed 3: t3); CPU (seeds 1, 2: Xeon; seed 3: EPYC)" in table
+            and "base: teacher run (seeds 1, 2: t1; seed 3: t2)" in table)
+    assert "kd against base, seed 3 (teacher)" in table
+    done["kd-seed3"] = record("t2", "EPYC")  # every pair shares its teacher run: no mark
+    table = "\n".join(seeds_markdown(seeds_summary(steps, done, ["base"])))
+    assert "‡" not in table and "kd: teacher run (seeds 1, 2: t1; seed 3: t2)" in table
+    for name in done:
+        done[name].update(uses={"teacher": "t1"}, cpu="Xeon")  # only the seed differs: no note
+    assert "differ in more than the seed" not in "\n".join(seeds_markdown(seeds_summary(steps, done, ["base"])))
+
+
 def test_a_value_fairseq_train_refuses_is_named_before_anything_runs(tmp_path):
     from bench.runner.config import load_checked
     from bench.runner.plan import Plan

@@ -8,6 +8,11 @@ on the concatenated test outputs of all seeds (sacreBLEU's, on the references re
 seed) gives p < 0.05; otherwise the two tie. Beside it, Welch's t-test (SciPy's) on the seeds'
 BLEU scores: it is the test of training variance, which resampling one test set's sentences
 does not see, but with three seeds a side it has little power, so it is reported, not voted.
+
+The seeds of one row should differ only in the seed. Where they do not (a teacher retrained
+between seeds, on another CPU whose float kernels round differently), the summary says so: per
+row, which run of each step it uses and which CPU trained each seed, where these differ; per
+compared pair of seeds, the steps both use but from different runs (marked ‡).
 """
 import math
 import statistics
@@ -51,6 +56,30 @@ def welch(values: List[float], baseline: List[float]) -> Optional[dict]:
     return {"t": round(float(result.statistic), 2), "p_value": round(float(result.pvalue), 4)}
 
 
+def seeds_differ(records: Dict[int, dict]) -> dict:
+    """What besides the seed differs between the finished seeds of one row: the run of a step
+    they use (``runs``: {step: {seed: run fingerprint}}) and the CPU that trained them
+    (``cpus``: {seed: CPU}); each only where the seeds differ in it."""
+    out = {}
+    runs = {}
+    for dep in sorted({d for r in records.values() for d in (r.get("uses") or {})}):
+        by_seed = {str(s): (r.get("uses") or {}).get(dep) for s, r in records.items()}
+        if len(set(by_seed.values())) > 1:
+            runs[dep] = by_seed
+    if runs:
+        out["runs"] = runs
+    cpus = {str(s): r.get("cpu") for s, r in records.items()}
+    if len(set(cpus.values())) > 1:
+        out["cpus"] = cpus
+    return out
+
+
+def unshared_steps(row: dict, baseline: dict) -> List[str]:
+    """The steps that both records use, each from a different run (e.g. two runs of a teacher)."""
+    used, base_used = row.get("uses") or {}, baseline.get("uses") or {}
+    return sorted(d for d in set(used) & set(base_used) if used[d] != base_used[d])
+
+
 def verdict(deltas: List[float], pooled_p: float) -> str:
     if pooled_p < SIGNIFICANCE_LEVEL and all(d > 0 for d in deltas):
         return "better"
@@ -72,6 +101,9 @@ def seeds_summary(steps, done: Dict[str, dict], baselines: List[str], recipe_see
         if finished:
             rows[name] = {"seeds": list(finished), "runs": list(finished.values()),
                           **{m: spread([done[r][m] for r in finished.values()]) for m in METRICS}}
+            differ = seeds_differ({seed: done[run] for seed, run in finished.items()})
+            if differ:
+                rows[name]["seeds_differ"] = differ
     comparisons = []
     for base in baselines:
         if base not in groups:
@@ -91,6 +123,9 @@ def seeds_summary(steps, done: Dict[str, dict], baselines: List[str], recipe_see
                 result = paired_tests((base, base_hyp), [(name, hyp)], refs, keep_dir=keep_dir)["systems"][name]
                 per_seed.append({"seed": seed, **{m: {k: result[m][k] for k in ("delta", "p_value")}
                                                   for m in METRICS}})
+                unshared = unshared_steps(done[runs[seed]], done[groups[base][seed]])
+                if unshared:
+                    per_seed[-1]["unshared"] = unshared
                 pooled_sys += hyp
                 pooled_base += base_hyp
             pooled = paired_tests((base, pooled_base), [(name, pooled_sys)], refs * len(seeds),
@@ -124,7 +159,8 @@ def seeds_markdown(summary: dict) -> List[str]:
                       "Welch's t, BLEU over seeds (p) | verdict |",
                   "|---|---|---|---|---|---|---|"]
         for c in summary["comparisons"]:
-            per_seed = "; ".join(f"{s['bleu']['delta']:+.2f} ({s['bleu']['p_value']:.3f})" for s in c["per_seed"])
+            per_seed = "; ".join(f"{s['bleu']['delta']:+.2f} ({s['bleu']['p_value']:.3f})"
+                                 + (" ‡" if s.get("unshared") else "") for s in c["per_seed"])
             pooled = [f"{c['pooled'][m]['delta']:+.2f} ({c['pooled'][m]['p_value']:.3f})" for m in METRICS]
             w = c.get("welch_bleu")
             welch_cell = f"{w['t']:+.2f} ({w['p_value']:.3f})" if w else "–"
@@ -136,4 +172,36 @@ def seeds_markdown(summary: dict) -> List[str]:
                   "pending until every seed of both rows has run. Welch's t-test (SciPy) on the seeds' BLEU "
                   "scores measures training variance, which the bootstrap over sentences does not; with "
                   "three seeds it has little power and does not enter the verdict."]
+    lines += differ_notes(summary)
+    return lines
+
+
+def differ_notes(summary: dict) -> List[str]:
+    """Say where the seeds of a row differ in more than the seed, and mark compared seeds that do
+    not share a step's run."""
+    def by_value(per_seed: Dict[str, str]) -> str:
+        groups: Dict[str, List[str]] = {}
+        for seed, value in per_seed.items():
+            groups.setdefault(value or "unknown", []).append(seed)
+        return "; ".join(f"{'seed' if len(seeds) == 1 else 'seeds'} {', '.join(seeds)}: {value}"
+                         for value, seeds in groups.items())
+
+    notes = []
+    for name, row in summary["rows"].items():
+        differ = row.get("seeds_differ") or {}
+        parts = [f"{dep} run ({by_value(per_seed)})" for dep, per_seed in differ.get("runs", {}).items()]
+        if differ.get("cpus"):
+            parts.append(f"CPU ({by_value(differ['cpus'])})")
+        if parts:
+            notes.append(f"{name}: " + "; ".join(parts))
+    lines = []
+    if notes:
+        lines += ["", "Seeds that differ in more than the seed (a step retrained between seeds, or another "
+                      "CPU, whose float kernels round differently): " + ". ".join(notes) + "."]
+    unshared = sorted({(c["row"], c["baseline"], s["seed"], ", ".join(s["unshared"]))
+                       for c in summary["comparisons"] for s in c["per_seed"] if s.get("unshared")})
+    if unshared:
+        lines += ["", "‡ the two seeds compared were made from different runs of a step both use, so they do not "
+                      "share it: " + "; ".join(f"{row} against {base}, seed {seed} ({steps})"
+                                                for row, base, seed, steps in unshared) + "."]
     return lines

@@ -153,7 +153,7 @@ def plot(rows, path, caption):
     plt.close(fig)
 
 
-def report(results_dir, out_dir):
+def report(results_dir, out_dir, echo=True):
     rows = recipe_rows(results_dir) + deployment_rows(results_dir)
     if not rows:
         raise DistillError(f"no recipe results (<recipe>.json) in {results_dir}")
@@ -170,7 +170,8 @@ def report(results_dir, out_dir):
                 f"files in this directory; a run several recipes share is one row.\n\n"
                 f"![BLEU against decoding speed](summary.png)\n\n{caption}\n\n{table}\n\n"
                 f"# Each recipe's table\n\n" + "\n".join(sections))
-    print(table)
+    if echo:
+        print(table)
     print(f"[report] wrote {os.path.join(out_dir, 'summary.md')} and summary.png "
           f"({len(rows) - len(unplotted)} of {len(rows)} rows plotted)")
     return rows

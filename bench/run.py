@@ -7,7 +7,8 @@ Finished steps are reused and an interrupted step resumes from its last checkpoi
 rerunning the same command continues where it stopped. Checkpoints, each step's record and
 its full log (``step.log``) stay in the work dir (default ``work/<recipe>``, not committed);
 the results (``<recipe>.json`` and ``.md``, written from the records) go to ``--results``,
-by default ``bench/results/``.
+by default ``bench/results/``, where the summary of every recipe (``summary.md``, written by
+``bench/report.py``) is rendered again after the run, so that it never lags the results.
 
 Results are outputs: by default nothing is read back from them. ``--reuse-committed``
 (or ``--reuse FILE ...``) opts in to counting rows of the committed results whose step name
@@ -33,6 +34,7 @@ from fairseq_distill.cli.common import run_cli  # noqa: E402
 from bench.runner.execute import Runner, StepFailed, stop_children_on_sigterm  # noqa: E402
 from bench.runner.plan import REPO  # noqa: E402
 from bench.runner.progress import tail  # noqa: E402
+from bench.report import report  # noqa: E402
 
 RESULTS = os.path.join(BENCH, "results")
 
@@ -59,7 +61,12 @@ def main(argv=None):
 
     def body():
         runner = Runner(args.config, workdir, args.results, args.only, reuse)
-        runner.print_commands() if args.print_commands else runner.run()
+        if args.print_commands:
+            runner.print_commands()
+            return
+        runner.run()
+        if os.path.realpath(args.results) == os.path.realpath(RESULTS):
+            report(RESULTS, RESULTS, echo=False)
 
     stop_children_on_sigterm()
     try:

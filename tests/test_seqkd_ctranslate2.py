@@ -233,14 +233,44 @@ def test_greedy_ctranslate2_equals_fairseq_and_keeps_the_length_rule(tiny_data, 
     assert summary_of(outs["ctranslate2"])["hypotheses_at_length_limit"] == sum(n == l for n, l in lengths)
 
 
+def fairseq_beam_scores(translator, source, hypotheses, lenpen):
+    """The score fairseq's beam search gives each hypothesis of ``source``: the sum of its
+    tokens' log-probabilities, ``</s>`` included, divided by its length (with ``</s>``) to the
+    power ``lenpen``; computed here by teacher forcing with the translator's first model."""
+    import torch
+
+    src_dict, tgt_dict = translator.task.source_dictionary, translator.task.target_dictionary
+    model = translator.models[0]
+    src = src_dict.encode_line(" ".join(source), add_if_not_exist=False, append_eos=True).long()[None]
+    scores = []
+    with torch.no_grad():
+        encoder_out = model.encoder(src, src_lengths=torch.tensor([src.size(1)]))
+        for h in hypotheses:
+            target = tgt_dict.encode_line(" ".join(h), add_if_not_exist=False, append_eos=True).long()[None]
+            previous = torch.cat([torch.tensor([[tgt_dict.eos()]]), target[:, :-1]], 1)
+            logits, _ = model.decoder(previous, encoder_out=encoder_out)
+            logprob = torch.log_softmax(logits.float(), -1).gather(-1, target[..., None]).sum().item()
+            scores.append(logprob / target.size(1) ** lenpen)
+    return scores
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("lenpen,threads,inter_threads", [(1.0, 2, 2), (0.0, 1, 1), (2.0, 1, 1)])
 def test_beam_search_equals_fairseqs_with_its_length_penalty(tiny_data, fluent_teacher, tmp_path, lenpen, threads,
                                                               inter_threads):
-    """beam 5 on the 40 valid sentences: the CTranslate2 teacher's 1-best is fairseq's own
-    generator's (one sentence per batch), and so are its 3-best lists up to lenpen 1; sentences
-    that reach the length limit are the ones decoded again with fairseq. With two batches
-    decoded side by side (inter_threads 2) the results are the same, in the same places."""
+    """beam 5 on the 40 valid sentences: the CTranslate2 teacher's 3-best lists are fairseq's own
+    generator's (one sentence per batch), ranked by fairseq's score with its length penalty;
+    sentences that reach the length limit are the ones decoded again with fairseq. With two
+    batches decoded side by side (inter_threads 2) the results are in the same places.
+
+    The two beam searches differ at their end: where more hypotheses end in one step than fairseq
+    finalises (it takes an ending only from the best ``beam`` of its candidates), CTranslate2
+    keeps the others too, and it may search a step further. There its list holds hypotheses that
+    ended no earlier than the longest fairseq kept, and that fairseq's own score ranks at least
+    as high as the ones fairseq kept, rank by rank. Which sentences meet that case turns on float
+    rounding, so it differs between CPUs (CI met it at lenpen 1 on a sentence that matches
+    exactly here, and CT2_FORCE_CPU_ISA=GENERIC changes a 1-best at lenpen 2); the test accepts
+    it wherever it occurs and checks it by fairseq's scores, not by a list of sentences."""
     from fairseq_distill.seqkd.ctranslate2_backend import CTranslate2Teacher
     from fairseq_distill.deploy.translators import DecodingOptions, FairseqTranslator
     from fairseq_distill.teacher.frozen import read_teacher_checkpoint
@@ -255,15 +285,18 @@ def test_beam_search_equals_fairseqs_with_its_length_penalty(tiny_data, fluent_t
     fairseq = FairseqTranslator(fluent_teacher, tiny_data, DecodingOptions(beam=5, lenpen=lenpen))
     want = {i: fairseq.translate_nbest([p], 3)[0] for i, p in sources.items()}
     assert result.at_length_limit == result.redecoded_with_fairseq < len(sources) // 2
-    assert all(result.nbest[i][0] == want[i][0] for i in sources)
+    assert all(len(result.nbest[i]) == len(want[i]) == 3 for i in sources)
     differ = [i for i in sources if result.nbest[i] != want[i]]
-    if lenpen <= 1:
-        assert not differ
-    for i in differ:
-        # more hypotheses ended in the last step than the list holds: fairseq kept the first
-        # ones that ended, CTranslate2 the best-scoring; the others are the same
-        longest = max(map(len, result.nbest[i]))
-        assert all(len(h) == longest for h in result.nbest[i] if h not in want[i]), i
+    assert len(differ) <= len(sources) // 2, differ
+    rounding = 1e-4  # the two libraries' float kernels differ; a real difference in rank is far larger
+    for i in sources:
+        got, kept = (fairseq_beam_scores(fairseq, sources[i], hyps, lenpen) for hyps in (result.nbest[i], want[i]))
+        detail = f"sentence {i}: CTranslate2 {list(zip(got, result.nbest[i]))}; fairseq {list(zip(kept, want[i]))}"
+        assert all(a >= b - rounding for a, b in zip(got, got[1:])), detail  # ranked by fairseq's score
+        if i in differ:
+            assert all(a >= b - rounding for a, b in zip(got, kept)), detail
+            last = max(map(len, want[i]))
+            assert all(len(h) >= last for h in result.nbest[i] if h not in want[i]), detail
 
 
 @pytest.mark.slow

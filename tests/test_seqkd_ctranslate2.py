@@ -269,12 +269,12 @@ def nbest_disagreement(ct2, fairseq):
     got, kept = [s for s, _ in ct2], [s for s, _ in fairseq]
     if any(a < b - NEAR_TIE for a, b in zip(got, got[1:])):
         return f"CTranslate2's list is not ranked by fairseq's score: {ct2}"
-    if [h for _, h in ct2] == [h for _, h in fairseq]:
+    kept_tokens, got_tokens = [h for _, h in fairseq], [h for _, h in ct2]
+    if got_tokens == kept_tokens:
         return None
     if any(a < b - NEAR_TIE for a, b in zip(got, kept)):
         return f"CTranslate2's list scores below fairseq's, rank by rank: {ct2} against {fairseq}"
-    kept_tokens = [h for _, h in fairseq]
-    dropped = [s for s, h in fairseq if h not in [g for _, g in ct2]]
+    dropped = [s for s, h in fairseq if h not in got_tokens]
     longest = max(map(len, kept_tokens))
     for score, h in ct2:
         if h in kept_tokens or len(h) >= longest or any(abs(score - d) <= NEAR_TIE for d in dropped):

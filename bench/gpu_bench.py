@@ -133,17 +133,17 @@ def plan(mode: str):
 
 # -- synthetic data ----------------------------------------------------------------------------
 
-def synthetic_lengths(rng, n: int, mean: float, maximum: int):
-    """Sentence lengths (tokens, </s> excluded): log-normal around ``mean``, as subword corpora."""
+def synthetic_lengths(rng, n: int, mean: float, maximum: int, sigma: float = 0.5):
+    """Sentence lengths (tokens, </s> excluded): log-normal around ``mean``, as subword corpora
+    (``sigma`` 0: every sentence ``mean`` tokens long)."""
     import numpy as np
 
-    sigma = 0.5
     raw = rng.lognormal(np.log(mean) - sigma ** 2 / 2, sigma, size=n)
     return np.clip(np.rint(raw), 3, maximum).astype(int)
 
 
 def write_synthetic_corpus(out_dir: str, vocab: int, sentences: int, mean_length: float, max_length: int,
-                           seed: int = 1) -> List[List[str]]:
+                           seed: int = 1, sigma: float = 0.5) -> List[List[str]]:
     """A binarized de->en corpus (subset ``train``) of random tokens over one shared fairseq
     Dictionary of ``vocab`` symbols (specials included), written with fairseq's mmap
     indexed-dataset builder, and the metadata CTranslate2's export reads. Returns the source
@@ -161,7 +161,7 @@ def write_synthetic_corpus(out_dir: str, vocab: int, sentences: int, mean_length
         dictionary.add_symbol(f"w{i}", n=vocab - i)
     for lang in (SOURCE, TARGET):
         dictionary.save(os.path.join(out_dir, f"dict.{lang}.txt"))
-    src_lengths = synthetic_lengths(rng, sentences, mean_length, max_length)
+    src_lengths = synthetic_lengths(rng, sentences, mean_length, max_length, sigma)
     ratio = rng.uniform(0.8, 1.25, size=sentences)
     tgt_lengths = np.clip(np.rint(src_lengths * ratio), 2, max_length).astype(int)
     sources = []

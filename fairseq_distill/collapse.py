@@ -20,7 +20,11 @@ not vanish this way, but they are watched alike.
 
 A flagged term is logged once as a warning naming the term and the fix; with
 ``--stop-on-collapse`` the run ends with that message (a
-:class:`~fairseq_distill.errors.DistillError`, one line, no traceback).
+:class:`~fairseq_distill.errors.DistillError`, one line, no traceback), and so does a resumed
+run at its first window: the watch's history travels in the checkpoint with the criterion's
+parameters (:meth:`CollapseWatch.state_dict`), so the level a term collapsed from is not
+forgotten. A run without learned criterion parameters has no criterion state in its
+checkpoints; its terms compare with fixed teacher states, the case that does not collapse.
 """
 import logging
 import math
@@ -78,12 +82,27 @@ class CollapseWatch:
             self.record(term, sums[f"{term}_loss"] / max(sums["sample_size"], 1) / math.log(2))
         message = None
         for term in terms:
-            if term not in self.flagged and self.collapsed(term):
+            if not self.collapsed(term):
+                continue
+            if self.stop:  # also a term flagged before a resume
+                raise DistillError(self.flagged.get(term) or self.describe(term) + " (--stop-on-collapse)")
+            if term not in self.flagged:
                 self.flagged[term] = message = self.describe(term)
-                if self.stop:
-                    raise DistillError(message + " (--stop-on-collapse)")
                 logger.warning(message)
         return message
+
+    def state_dict(self) -> dict:
+        """What a resumed run needs to go on judging: the windows so far and the flagged terms."""
+        return {"calls": self.calls, "updates": self.updates, "sums": dict(self.sums),
+                "history": {k: list(v) for k, v in self.history.items()}, "flagged": dict(self.flagged)}
+
+    def load_state_dict(self, state: dict):
+        if not state:
+            return
+        self.calls, self.updates = int(state.get("calls", 0)), int(state.get("updates", 0))
+        self.sums = dict(state.get("sums", {}))
+        self.history = {k: list(v) for k, v in state.get("history", {}).items()}
+        self.flagged = dict(state.get("flagged", {}))
 
     def record(self, name: str, value: float):
         self.history.setdefault(name, []).append(value)

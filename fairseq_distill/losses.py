@@ -171,6 +171,11 @@ def attention_kl(
     attend to (not padding; for decoder self-attention also not in the future);
     ``query_mask``: B x T, True at real query rows.
 
+    ``mode="flat"``: the released code's KL (one softmax over each flattened map, on both
+    sides) restricted to the sentence's real cells (real query rows, allowed keys), each
+    map's KL times the square of the sentence's mean number of allowed keys per query row,
+    summed over maps and batch: see :func:`flat_attention_kl`.
+
     ``mode="rowwise"``: every real query row of ``aligned`` becomes a distribution over the
     allowed keys (``normalize="renorm"``: values clamped to ``eps`` and divided by their sum;
     ``"softmax"``: softmax of the values), and the KL of each real row is summed.
@@ -178,6 +183,8 @@ def attention_kl(
     flattened T x S map, applied to the teacher's probabilities as well, no masking; the KL
     of each map is summed.
     """
+    if mode == "flat":
+        return flat_attention_kl(teacher_maps, aligned, key_mask, query_mask).sum()
     heads = teacher_maps[0].size(1)
     total = aligned.new_zeros(())
     for layer, p in enumerate(teacher_maps):
@@ -200,3 +207,35 @@ def attention_kl(
         per_row = pointwise.sum(dim=-1)  # B x H x T
         total = total + per_row.masked_fill(~query_mask.unsqueeze(1), 0.0).sum()
     return total
+
+
+def flat_attention_kl(teacher_maps: Sequence[Tensor], aligned: Tensor, key_mask: Tensor,
+                      query_mask: Tensor) -> Tensor:
+    """Per sentence and map, ``n² · KL(softmax(p) ‖ softmax(a))`` over the map's real cells.
+
+    ``p`` is a teacher map's probabilities and ``a`` the aligned student values, each flattened
+    over the cells where ``query_mask`` and ``key_mask`` are both True (one softmax per map, as
+    in the A2D authors' code, which takes it over the whole padded T x S map); ``n`` is the
+    sentence's mean number of allowed keys per real query row. Shapes as in
+    :func:`attention_kl`; returns B x (L_t·H_t).
+
+    Why n²: attention probabilities are about 1/n, so as softmax inputs they differ from
+    uniform by O(1/n), and the KL of two such softmaxes is about half the variance of their
+    difference over the cells, O(1/n²). Scaled by n², a map's loss (and its gradient relative
+    to the per-token cross-entropy) no longer shrinks with sentence length
+    (docs/methods/a2d.md, "The loss's scale").
+    """
+    heads = teacher_maps[0].size(1)
+    cells = (key_mask & query_mask[:, None, :, None]).expand(-1, 1, -1, -1)  # B x 1 x T x S
+    rows = query_mask.sum(-1).clamp(min=1)
+    n = cells.flatten(1).sum(-1) / rows  # B: mean allowed keys per real query row
+    flat_cells = cells.flatten(2)  # B x 1 x T·S
+    out = []
+    for layer, p in enumerate(teacher_maps):
+        logits = aligned[:, layer * heads:(layer + 1) * heads].flatten(2)
+        log_p = F.log_softmax(p.float().flatten(2).masked_fill(~flat_cells, float("-inf")), dim=-1)
+        log_q = F.log_softmax(logits.masked_fill(~flat_cells, float("-inf")), dim=-1)
+        # exp(log p)·(log p − log q) on real cells only: masked cells would give 0·(−∞ + ∞)
+        pointwise = torch.where(flat_cells, log_p.exp() * (log_p - log_q), torch.zeros_like(log_q))
+        out.append(pointwise.sum(-1))  # B x H
+    return torch.cat(out, dim=1) * (n * n).unsqueeze(1)

@@ -159,6 +159,7 @@ parse_run_options() {
     ''|*[!0-9]*) echo "run.sh: --gpus must be a number of GPUs (0: the CPU), got '$GPUS'" >&2; exit 2 ;;
   esac
   if [ ! -f "$ROWS" ]; then echo "run.sh: --rows $ROWS does not exist" >&2; exit 2; fi
+  check_rows
   DATA="$OUT/data/bin"
   TEXT="$OUT/text"
   RUNS="$OUT/runs"
@@ -207,6 +208,43 @@ seqkd() {
 }
 
 rows() { grep -v '^#' "$ROWS" | grep -v '^$'; }
+
+# What a row's data column may say: the recipe's ROW_DATA (an extended glob), described by
+# ROW_DATA_HELP; the criterions fairseq_distill registers and stock label-smoothed CE.
+shopt -s extglob
+ROW_DATA='@(original|seqkd)'
+ROW_DATA_HELP="original, seqkd"
+ROW_CRITERIA="label_smoothed_cross_entropy word_kd pkd ckd alp_kd a2d distill"
+
+# Every row of $ROWS, checked when run.sh starts (and in --dry-run), before anything trains: seven
+# tab-separated columns, a known data value and criterion, numbers where numbers go, names unique.
+# A typo would otherwise train on the wrong data, or fail at the students stage in fairseq's parser.
+check_rows() {
+  local n=0 line name layers data criterion options heads paper seen=" " where
+  while IFS= read -r line || [ -n "$line" ]; do
+    n=$((n + 1))
+    case "$line" in ''|'#'*) continue ;; esac
+    where="run.sh: --rows $ROWS line $n"
+    local cols
+    cols=$(printf '%s' "$line" | awk -F'\t' '{print NF}')
+    if [ "$cols" -ne 7 ]; then
+      echo "$where has $cols tab-separated column(s), not 7 (name, layers, data, criterion, options, heads," \
+           "paper_bleu; '-' for no options); are its columns separated by spaces instead of tabs?" >&2
+      exit 2
+    fi
+    IFS=$'\t' read -r name layers data criterion options heads paper <<< "$line"
+    case "$name" in ''|*[!A-Za-z0-9_.+-]*) echo "$where: name '$name': letters, digits and . _ + - only" >&2; exit 2 ;; esac
+    case "$seen" in *" $name "*) echo "$where: the name '$name' is used by an earlier row" >&2; exit 2 ;; esac
+    seen="$seen$name "
+    case "$layers" in ''|*[!0-9+]*|+*|*+) echo "$where ($name): layers '$layers': a number per side, e.g. 3 or 48+6" >&2; exit 2 ;; esac
+    # shellcheck disable=SC2254
+    case "$data" in $ROW_DATA) ;; *) echo "$where ($name): data '$data'; valid: $ROW_DATA_HELP" >&2; exit 2 ;; esac
+    case " $ROW_CRITERIA " in *" $criterion "*) ;; *)
+      echo "$where ($name): criterion '$criterion'; valid: ${ROW_CRITERIA// /, }" >&2; exit 2 ;; esac
+    case "$heads" in ''|*[!0-9]*) echo "$where ($name): heads '$heads': a number" >&2; exit 2 ;; esac
+  done < "$ROWS"
+  return 0
+}
 wanted() { [ "$STAGE" = all ] || [ "$STAGE" = "$1" ]; }
 done_marker() { [ "$DRY_RUN" = 0 ] && [ -f "$1/.done" ]; }
 finish() { [ "$DRY_RUN" = 1 ] || touch "$1/.done"; }

@@ -347,7 +347,8 @@ def test_captured_heads_equal_recomputation(tiny_data, deep_teacher):
 
 def test_decay_schedule_follows_fairseq_epoch(tiny_data, deep_teacher):
     cfg, task, _ = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
-                         "--a2d-weight", "2.0", "--a2d-decay", "0.5", criterion="a2d")
+                         "--a2d-weight", "2.0", "--a2d-decay", "0.5", "--a2d-decay-schedule", "epoch",
+                         criterion="a2d")
     crit = task.build_criterion(cfg.criterion)
     weights = []
     for epoch in (1, 2, 3, 4):
@@ -367,8 +368,8 @@ def test_loss_weights_gradients_and_parameters(tiny_data, deep_teacher, types, e
     teacher_heads = {"encoder_self": 3 * 2, "decoder_self": 2 * 2, "decoder_cross": 2 * 2}
     for kind, aam in crit.terms["a2d"].aams.items():
         assert aam.weight.shape == (teacher_heads[kind], 1 * 2)  # student: 1 layer x 2 heads
-    # defaults: (1 − α)·CE + α·KD + β·decay^0·attention, α = 0.5, β = 0.01 (not the paper's 1)
-    assert_weighted_sum(loss, logs, {"ce_loss": 0.5, "word_kd_loss": 0.5, "a2d_loss": 0.01})
+    # defaults: (1 − α)·CE + α·KD + β·decay^0·attention, α = 0.5, β = 1 (flat, calibrated)
+    assert_weighted_sum(loss, logs, {"ce_loss": 0.5, "word_kd_loss": 0.5, "a2d_loss": 1.0})
     assert logs["a2d_loss"].item() > 0
     loss.backward()
     for name, p in crit.named_parameters():
@@ -437,16 +438,20 @@ def test_released_switch_sets_the_released_codes_form_and_weight(tiny_data, deep
     with β = 1 (α = 0.5 is the a2d criterion's default either way); explicit options win."""
     def term(*extra):
         cfg, task, _ = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
-                             *extra, criterion="a2d")
+                             "--max-update", "50", *extra, criterion="a2d")
         return task.build_criterion(cfg.criterion)
 
     released = term("--a2d-released")
     attn = released.terms["a2d"]
-    assert (attn.kl_mode, attn.weight, released.terms["word_kd"].weight) == ("reference", 1.0, 0.5)
+    assert (attn.kl_mode, attn.weight, attn.decay_schedule, released.terms["word_kd"].weight) == \
+        ("reference", 1.0, "epoch", 0.5)
     default = term().terms["a2d"]
-    assert (default.kl_mode, default.weight) == ("rowwise", 0.01)
+    assert (default.kl_mode, default.weight, default.decay_schedule) == ("flat", 1.0, "run")
     assert term("--a2d-released", "--a2d-weight", "0.3").terms["a2d"].weight == 0.3
     assert term("--a2d-released", "--a2d-kl-mode", "rowwise").terms["a2d"].kl_mode == "rowwise"
+    # the prose reading keeps the weight it tied word-level KD with unless told otherwise
+    assert (term("--a2d-kl-mode", "rowwise").terms["a2d"].weight) == 0.01
+    assert term("--a2d-released", "--a2d-decay-schedule", "run").terms["a2d"].decay_schedule == "run"
 
 
 def test_the_three_types_combine_as_encoder_plus_half_the_decoder_by_hand():
@@ -458,7 +463,7 @@ def test_the_three_types_combine_as_encoder_plus_half_the_decoder_by_hand():
     L = enc + (dec_self + dec_cross)/2, each the mean over its 2 rows, times 2 target tokens."""
     layout = {kind: (1, 1) for kind in ("encoder_self", "decoder_self", "decoder_cross")}
     context = TermContext(teachers=[None], student_shape=layout, teacher_shape=layout, source_pad=PAD, target_pad=PAD)
-    term = AttentionKDTerm(1.0, 0.9, context, "all")
+    term = AttentionKDTerm(1.0, 0.9, context, "all", kl_mode="rowwise")
     with torch.no_grad():
         for aam in term.aams.values():
             aam.weight.fill_(1.0)
@@ -480,3 +485,154 @@ def test_the_three_types_combine_as_encoder_plus_half_the_decoder_by_hand():
     dec_cross = (math.log(2) + 0) / 2
     expected = (enc + (dec_self + dec_cross) / 2) * 2
     assert term(student, [teacher], sample).item() == pytest.approx(expected, rel=1e-5)
+
+
+# -- issue 48: the flat form, its scale and the run-length decay ---------------------------------
+
+def test_flat_kl_by_hand():
+    """One sentence, one encoder map of 2 x 2, identity AAM. Teacher rows (.8, .2), (.2, .8);
+    aligned student rows (.5, .5), (.5, .5). One softmax over the 4 flattened cells on each side:
+    P = (e^.8, e^.2, e^.2, e^.8)/Z, Q = 1/4 each; KL = Σ P·ln(4P); n = 2 keys per row, so the map's
+    loss is n²·KL = 4·KL. The term: FLAT_SCALE · mean over 1 sentence and 1 map · sample_size."""
+    from fairseq_distill.terms.attention import FLAT_SCALE
+
+    z = 2 * (math.exp(.8) + math.exp(.2))
+    hi, lo = math.exp(.8) / z, math.exp(.2) / z
+    kl = 2 * hi * math.log(4 * hi) + 2 * lo * math.log(4 * lo)
+    teacher = [torch.tensor([[[[.8, .2], [.2, .8]]]])]
+    aligned = torch.tensor([[[[.5, .5], [.5, .5]]]])
+    keys, queries = torch.ones(1, 1, 1, 2, dtype=torch.bool), torch.ones(1, 2, dtype=torch.bool)
+    assert attention_kl(teacher, aligned, keys, queries, mode="flat").item() == pytest.approx(4 * kl, rel=1e-6)
+
+    layout = {"encoder_self": (1, 1)}
+    context = TermContext(teachers=[None], student_shape=layout, teacher_shape=layout, source_pad=PAD, target_pad=PAD)
+    term = AttentionKDTerm(1.0, 0.9, context, "encoder", kl_mode="flat")
+    with torch.no_grad():
+        term.aams["encoder_self"].weight.fill_(1.0)
+        term.aams["encoder_self"].bias.zero_()
+    sample = {"net_input": {"src_tokens": torch.tensor([[5, 6]]), "prev_output_tokens": torch.tensor([[2, 8, 9]])},
+              "target": torch.tensor([[8, 9, 3]]), "ntokens": 3}
+    got = term(Features(net_output=(None,), attention={"encoder_self": [aligned.clone()]}),
+               [Features(net_output=(None,), attention={"encoder_self": teacher})], sample)
+    assert got.item() == pytest.approx(FLAT_SCALE * 4 * kl * 3, rel=1e-6)
+
+
+def test_flat_kl_ignores_padding_and_is_a_mean_over_sentences_and_maps():
+    """A sentence's flat loss is the same alone and padded in a batch (only its real cells
+    enter its softmax), and a batch of the same sentence twice has its loss (a mean over
+    sentences), as has a teacher with each map twice (a mean over maps); the released form's
+    sum doubles in both cases."""
+    rng = random.Random(13)
+    teacher = as_layers(teacher_rows_on_real_keys(random_maps(rng, 2)), 1, 2)
+    student_maps = as_layers(random_maps(rng, 2), 1, 2)
+    layout_s, layout_t = {"decoder_cross": (1, 2)}, {"decoder_cross": (1, 2)}
+    context = TermContext(teachers=[None], student_shape=layout_s, teacher_shape=layout_t, source_pad=PAD,
+                          target_pad=PAD)
+    flat = AttentionKDTerm(1.0, 0.9, context, "decoder_cross", kl_mode="flat")
+    sample = term_sample()
+    key, query = flat.masks("decoder_cross", sample)
+    aligned = flat.aams["decoder_cross"](student_maps)
+    per_sentence = attention_kl(teacher, aligned, key, query, mode="flat")
+
+    # sentence 2 alone, cut to its real 2 keys and 1 query: the same value
+    alone = attention_kl([teacher[0][1:, :, :1, :2]], aligned[1:, :, :1, :2], key[1:, :, :, :2], query[1:, :1],
+                         mode="flat")
+    from fairseq_distill.losses import flat_attention_kl
+
+    both = flat_attention_kl(teacher, aligned, key, query)  # B x maps
+    assert alone.item() == pytest.approx(both[1].sum().item(), rel=1e-6)
+    assert per_sentence.item() == pytest.approx(both.sum().item(), rel=1e-6)
+
+    def term_value(term, t_maps, s_maps, batch):
+        return term(Features(net_output=(None,), attention={"decoder_cross": s_maps}),
+                    [Features(net_output=(None,), attention={"decoder_cross": t_maps})], batch).item()
+
+    def doubled(batch):
+        return {"net_input": {k: torch.cat([v, v]) for k, v in batch["net_input"].items()},
+                "target": torch.cat([batch["target"]] * 2), "ntokens": 2 * batch["ntokens"]}
+
+    one = term_value(flat, teacher, student_maps, sample) / sample["ntokens"]
+    two = term_value(flat, [torch.cat([teacher[0]] * 2)], [torch.cat([student_maps[0]] * 2)], doubled(sample))
+    assert two / (2 * sample["ntokens"]) == pytest.approx(one, rel=1e-6)  # per token: unchanged
+    reference = AttentionKDTerm(1.0, 0.9, context, "decoder_cross", kl_mode="reference")
+    reference.load_state_dict(flat.state_dict())
+    ref_one = term_value(reference, teacher, student_maps, sample) / sample["target"].numel()
+    ref_two = term_value(reference, [torch.cat([teacher[0]] * 2)], [torch.cat([student_maps[0]] * 2)],
+                         doubled(sample)) / (2 * sample["target"].numel())
+    assert ref_two == pytest.approx(2 * ref_one, rel=1e-6)  # the released sum grows with the batch
+
+    # every teacher map twice (2 layers of the same 2 heads): the mean over maps is unchanged
+    wide = TermContext(teachers=[None], student_shape=layout_s, teacher_shape={"decoder_cross": (2, 2)},
+                       source_pad=PAD, target_pad=PAD)
+    flat_wide = AttentionKDTerm(1.0, 0.9, wide, "decoder_cross", kl_mode="flat")
+    with torch.no_grad():
+        aam = flat.aams["decoder_cross"]
+        flat_wide.aams["decoder_cross"].weight.copy_(torch.cat([aam.weight, aam.weight]))
+        flat_wide.aams["decoder_cross"].bias.copy_(torch.cat([aam.bias, aam.bias]))
+    assert term_value(flat_wide, teacher * 2, student_maps, sample) / sample["ntokens"] == pytest.approx(one, rel=1e-6)
+
+
+def run_term(**kwargs):
+    layout = {"encoder_self": (1, 1)}
+    context = TermContext(teachers=[None], student_shape=layout, teacher_shape=layout, source_pad=PAD, target_pad=PAD)
+    return AttentionKDTerm(2.0, 0.9, context, "encoder", **kwargs)
+
+
+def test_run_decay_spreads_the_authors_100_epochs_over_the_run():
+    """--a2d-decay-schedule run: β·0.9^(e − 1) with e going from 1 to 100 over the run: by
+    updates with --max-update (at half the run e − 1 = 49.5), else by epochs (10 epochs: epoch
+    k has e − 1 = 11·(k − 1))."""
+    term = run_term(decay_schedule="run", max_update=1000)
+    for updates, exponent in ((0, 0), (500, 49.5), (1000, 99), (1500, 99)):
+        term.num_updates = updates
+        assert term.current_weight() == pytest.approx(2.0 * 0.9 ** exponent)
+    term = run_term(decay_schedule="run", max_epoch=10)
+    for epoch in (1, 2, 5, 10):
+        term.epoch = epoch
+        assert term.current_weight() == pytest.approx(2.0 * 0.9 ** (11 * (epoch - 1)))
+    # both given: updates bound the run
+    term = run_term(decay_schedule="run", max_update=200, max_epoch=10)
+    term.num_updates, term.epoch = 100, 9
+    assert term.current_weight() == pytest.approx(2.0 * 0.9 ** 49.5)
+    # the paper's per epoch, and the continuous per-update form, are unchanged
+    term = run_term(decay_schedule="epoch", max_update=1000)
+    term.epoch, term.num_updates = 3, 900
+    assert term.current_weight() == pytest.approx(2.0 * 0.81)
+
+
+def test_run_decay_without_a_run_length_decays_per_epoch_and_says_so(caplog):
+    with caplog.at_level("WARNING"):
+        term = run_term(decay_schedule="run")
+    assert term.decay_schedule == "epoch"
+    assert "no --max-update or --max-epoch" in caplog.text and "--a2d-decay-schedule epoch" in caplog.text
+    with pytest.raises(DistillError, match="--a2d-decay-schedule must be one of run, epoch, got week"):
+        run_term(decay_schedule="week")
+    with pytest.raises(DistillError, match="--a2d-kl-mode must be one of flat, reference, rowwise, got mean"):
+        run_term(kl_mode="mean")
+
+
+def test_the_run_length_reaches_the_criterion_from_fairseqs_own_options(tiny_data, deep_teacher):
+    def term(*extra):
+        cfg, task, _ = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
+                             *extra, criterion="a2d")
+        return task.build_criterion(cfg.criterion).terms["a2d"]
+
+    t = term("--max-epoch", "7")
+    assert (t.decay_schedule, t.max_epoch, t.max_update) == ("run", 7, 0)
+    t.epoch = 7
+    assert t.current_weight() == pytest.approx(0.9 ** 99)
+    t = term("--max-update", "300")
+    assert (t.max_epoch, t.max_update) == (0, 300)
+
+
+def test_checkpoint_options_from_before_the_flat_form_keep_their_training_form():
+    """Stored options without --a2d-decay-schedule (written before it existed) trained rowwise
+    at β = 0.01, decayed per epoch: a tool rebuilding the criterion from them gets that."""
+    from types import SimpleNamespace
+
+    layout = {"encoder_self": (1, 1)}
+    context = TermContext(teachers=[None], student_shape=layout, teacher_shape=layout, source_pad=PAD, target_pad=PAD)
+    old = SimpleNamespace(a2d_weight=None, a2d_decay=0.9, a2d_attention_types="encoder", a2d_normalize="renorm",
+                          a2d_kl_mode=None, a2d_decay_updates=0, a2d_released=False)
+    t = AttentionKDTerm.from_config(old, context)
+    assert (t.kl_mode, t.weight, t.decay_schedule) == ("rowwise", 0.01, "epoch")

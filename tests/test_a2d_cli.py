@@ -29,8 +29,9 @@ def train(data, teacher, save, *extra):
 
 def test_a2d_train_resume_schedule_export_generate_heatmap(tiny_data, deep_teacher, tmp_path):
     save = str(tmp_path / "ckpt")
-    # β named (the default is 0.01) so that the logged schedule reads plainly: β·0.9^(epoch − 1)
-    out = train(tiny_data, deep_teacher, save, "--max-epoch", "2", "--a2d-weight", "1.0")
+    # the paper's per-epoch schedule, β·0.9^(epoch − 1), across a resume
+    out = train(tiny_data, deep_teacher, save, "--max-epoch", "2", "--a2d-weight", "1.0",
+                "--a2d-decay-schedule", "epoch")
     summaries = epoch_summaries(out)
     assert set(summaries) == {1, 2}
     for key in ("a2d_loss", "word_kd_loss", "ce_loss"):
@@ -53,7 +54,8 @@ def test_a2d_train_resume_schedule_export_generate_heatmap(tiny_data, deep_teach
         assert torch.equal(crit.state_dict()[key], value), key
 
     # a resumed run continues the schedule from fairseq's epoch counter: 0.9² in epoch 3
-    out = train(tiny_data, deep_teacher, save, "--max-epoch", "3", "--a2d-weight", "1.0")
+    out = train(tiny_data, deep_teacher, save, "--max-epoch", "3", "--a2d-weight", "1.0",
+                "--a2d-decay-schedule", "epoch")
     assert "Loaded checkpoint" in out
     summaries = epoch_summaries(out)
     assert set(summaries) == {3}
@@ -86,3 +88,12 @@ def test_student_with_more_heads_than_teacher(tiny_data, deep_teacher, tmp_path)
                 "--a2d-attention-types", "encoder")
     assert "a2d encoder_self: AAM 1x4 student heads -> 3x2 teacher heads" in out
     assert re.search(r"a2d_loss \d", out)
+
+
+def test_default_decay_spreads_the_authors_epochs_over_the_run(tiny_data, deep_teacher, tmp_path):
+    """The default --a2d-decay-schedule run over --max-epoch 3: epochs 1, 2, 3 stand for the
+    authors' epochs 1, 50.5 and 100, weights 1, 0.9^49.5 = 0.0054 and 0.9^99 (logged 0)."""
+    out = train(tiny_data, deep_teacher, str(tmp_path / "ckpt"), "--max-epoch", "3")
+    summaries = epoch_summaries(out)
+    assert [float(summaries[e]["a2d_weight"]) for e in (1, 2, 3)] == [1.0, 0.0054, 0.0]
+    assert "flat KL" in out and "over this run's 3 epochs" in out

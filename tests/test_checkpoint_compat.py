@@ -30,7 +30,7 @@ def test_old_training_checkpoint_loads_into_the_composed_criterion(name, tmp_pat
     trainer.load_checkpoint(os.path.join(FIXTURES, f"{name}.pt"))
     assert trainer.get_num_updates() == 3
     ours = crit.state_dict()
-    assert new_key in ours and len(ours) == len(saved["criterion"])
+    assert new_key in ours and len([k for k in ours if not k.endswith("_extra_state")]) == len(saved["criterion"])
     for key, value in saved["criterion"].items():  # every old parameter, under its new name
         new = f"terms.{criterion}." + key
         assert torch.equal(ours[new], value), key
@@ -143,3 +143,67 @@ def test_checkpoint_with_validation_bleu_meters_loads_under_weights_only(tmp_pat
     loaded = torch.load(tmp_path / "checkpoint_best.pt", weights_only=True)
     assert loaded["extra_state"]["metrics"]["_bleu_counts"].tolist() == [10, 5, 2, 1]
     assert float(loaded["extra_state"]["metrics"]["best_bleu"]) == 12.5
+
+
+def save_after_one_step(trainer, path):
+    trainer.train_step([first_batch(trainer.task)])
+    trainer.consolidate_optimizer()  # as checkpoint_utils.save_checkpoint does
+    trainer.save_checkpoint(str(path), {})
+
+
+def resume_error(trainer, path):
+    from fairseq_distill.user_errors import find_user_error
+
+    with pytest.raises(Exception) as raised:
+        trainer.load_checkpoint(str(path))
+    error = find_user_error(raised.value)
+    assert error is not None, repr(raised.value)
+    return str(error)
+
+
+def test_resuming_with_another_ckd_form_is_refused_naming_it(tiny_data, deep_teacher, tmp_path):
+    """issue 49.6: the paper form's teacher-side map and the released form's student-side map
+    are different parameters; a resume under the other --ckd-form must not read one as the
+    other, at equal widths as where they differ. The checkpoint records the form."""
+    from helpers import train_argv, transformer_flags
+    from fairseq_distill.trainer_setup import build_training
+
+    for width in (24, 16):  # the teacher's width (deep_teacher: d = 24), and a narrower student
+        def trainer_with(*options):
+            argv = train_argv(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
+                              "--layer-map", "1,2", "--save-dir", str(tmp_path), *options, criterion="ckd",
+                              model=transformer_flags(1, 1, width, 48))
+            return build_training(argv)[-1]
+
+        path = tmp_path / f"paper-{width}.pt"
+        save_after_one_step(trainer_with("--ckd-form", "paper"), path)
+        message = resume_error(trainer_with(), path)  # today's default: released
+        assert "trained with --ckd-form paper" in message and "this run uses --ckd-form released" in message
+        assert "resume with --ckd-form paper" in message
+        # with the form it was trained with, it resumes
+        trainer_with("--ckd-form", "paper").load_checkpoint(str(path))
+
+
+def test_resuming_a_checkpoint_without_criterion_parameters(tiny_data, deep_teacher, tmp_path):
+    """issue 49: a word_kd checkpoint resumed with ckd (whose map has parameters): fairseq hands
+    the criterion None. Without --reset-optimizer: one line naming it; with it, the map starts
+    afresh and the run goes on."""
+    from helpers import train_argv, transformer_flags
+    from fairseq_distill.trainer_setup import build_training
+
+    def trainer_with(criterion, *options):
+        argv = train_argv(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
+                          "--save-dir", str(tmp_path), *options, criterion=criterion,
+                          model=transformer_flags(1, 1, 24, 48))
+        return build_training(argv)[-1]
+
+    path = tmp_path / "word_kd.pt"
+    save_after_one_step(trainer_with("word_kd"), path)
+    for criterion, options in (("ckd", ()), ("ckd", ("--ckd-form", "paper")),
+                               ("distill", ("--distill-terms", "word_kd,ckd"))):
+        message = resume_error(trainer_with(criterion, *options), path)
+        assert "the checkpoint has no parameters for this run's" in message
+        assert "resume with --reset-optimizer" in message
+    trainer = trainer_with("ckd", "--reset-optimizer")
+    trainer.load_checkpoint(str(path), reset_optimizer=True)
+    trainer.train_step([first_batch(trainer.task)])

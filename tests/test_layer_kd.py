@@ -211,16 +211,19 @@ def layer_context(teacher_layers=6, student_layers=2, student_dim=4, teacher_dim
     # state is mapped, and the teacher's stays a fixed target
     ("pkd", {}, ("l2", "sum", "student")),                       # PKD Eq. 3
     ("pkd", {"layer_project": "teacher"}, ("l2", "sum", "teacher")),
-    # CKD Eq. 3 (--ckd-form paper) fuses the teacher's states; a narrower student maps its own
-    # state instead (the teacher-side map collapsed such students), see the equal-width test below
-    ("ckd", {}, ("none", "mean", "student")),
-    ("ckd", {"ckd_project": "teacher"}, ("none", "mean", "teacher")),
-    ("ckd", {"ckd_form": "released"}, ("l2", "sum", "student")),  # the CKD authors' code
+    # ckd: the authors' released code by default (it produced the paper's numbers)
+    ("ckd", {}, ("l2", "sum", "student")),
+    ("ckd", {"ckd_form": "released"}, ("l2", "sum", "student")),
+    ("ckd", {"ckd_project": "teacher"}, ("l2", "sum", "teacher")),
     ("ckd", {"ckd_form": "released", "normalize": "none", "reduction": "mean"}, ("none", "mean", "student")),
-    ("ckd", {"ckd_project": "student"}, ("none", "mean", "student")),
-    ("pkd", {"reduction": "mean", "ckd_project": "teacher"}, ("l2", "mean", "student")),  # ckd's name only
-    ("ckd", {"layer_project": "student"}, ("none", "mean", "student")),
     ("ckd", {"ckd_form": "released", "layer_project": "teacher"}, ("l2", "sum", "teacher")),
+    # CKD's Eq. 3 as written (--ckd-form paper) fuses the teacher's states; a narrower student maps
+    # its own state instead (the teacher-side map collapsed such students), see the equal-width test
+    ("ckd", {"ckd_form": "paper"}, ("none", "mean", "student")),
+    ("ckd", {"ckd_form": "paper", "ckd_project": "teacher"}, ("none", "mean", "teacher")),
+    ("ckd", {"ckd_form": "paper", "ckd_project": "student"}, ("none", "mean", "student")),
+    ("pkd", {"reduction": "mean", "ckd_project": "teacher"}, ("l2", "mean", "student")),  # ckd's name only
+    ("ckd", {"ckd_form": "paper", "layer_project": "student"}, ("none", "mean", "student")),
     ("alp_kd", {}, ("none", "mean", "student")),                  # ALP-KD Eq. 7
     ("alp_kd", {"normalize": "l2", "reduction": "sum"}, ("l2", "sum", "student")),
     ("alp_kd", {"layer_project": "teacher"}, ("none", "mean", "teacher")),
@@ -237,13 +240,13 @@ def test_ckd_paper_form_fuses_the_teacher_side_only_where_the_widths_are_equal(c
     """The CKD paper's students keep their teacher's width and fuse the concatenated teacher
     states to it (Eq. 3): that stays the default there. A narrower student gets the student-side
     map by default (the teacher-side one collapsed: issue 37), and says so once at start-up."""
-    same = LayerKDTerm("ckd", 0.7, layer_context(6, 2, student_dim=8, teacher_dim=8))
+    same = LayerKDTerm("ckd", 0.7, layer_context(6, 2, student_dim=8, teacher_dim=8), ckd_form="paper")
     assert same.project == "teacher" and same.fusers["encoder"].project == "teacher"
     assert [tuple(m.weight.shape) for m in same.fusers["encoder"].maps] == [(8, 24), (8, 24)]
     assert not any("learned projection" in r.message for r in caplog.records)  # the paper's own map
     caplog.clear()
     with caplog.at_level("INFO"):
-        narrow = LayerKDTerm("ckd", 0.7, layer_context(6, 2, student_dim=4, teacher_dim=8))
+        narrow = LayerKDTerm("ckd", 0.7, layer_context(6, 2, student_dim=4, teacher_dim=8), ckd_form="paper")
     assert narrow.project == "student"
     assert [tuple(m.weight.shape) for m in narrow.fusers["encoder"].maps] == [(24, 4), (24, 4)]
     assert "the student (d=4) is narrower than the teacher (d=8)" in caplog.text
@@ -255,12 +258,44 @@ def test_ckd_paper_form_fuses_the_teacher_side_only_where_the_widths_are_equal(c
     assert LayerKDTerm("ckd", 0.7, layer_context(6, 2, 4, 8), layer_project="teacher").project == "teacher"
 
 
+def test_ckd_defaults_to_its_authors_released_code_at_every_width():
+    """The CKD paper's numbers came from its authors' code, which maps the student's state to
+    the concatenated teacher states and unit-normalises both (issue 48); the text's teacher-side
+    map is --ckd-form paper. At the teacher's width the default maps the student's 8 dimensions
+    to the group's 3 x 8, with no teacher-side map to learn."""
+    from fairseq_distill.criterions.options import CKDConfig
+
+    cfg = CKDConfig()
+    for widths in ((8, 8), (4, 8)):
+        term = CKDTerm.from_config(cfg, layer_context(6, 2, *widths))
+        fuser = term.fusers["encoder"]
+        assert (term.normalize, term.reduction, term.project) == ("l2", "sum", "student")
+        assert [tuple(m.weight.shape) for m in fuser.maps] == [(3 * widths[1], widths[0])] * 2
+
+
+def test_frozen_projection_keeps_its_initial_weights_and_gets_no_gradient():
+    """--layer-freeze-projection: the paper form's fused map stays a fixed random map (a
+    diagnostic); the loss still flows to the student's state."""
+    term = LayerKDTerm("ckd", 0.7, layer_context(6, 2, 8, 8), ckd_form="paper", freeze_projection=True)
+    fuser = term.fusers["encoder"]
+    before = [m.weight.detach().clone() for m in fuser.maps]
+    assert not any(p.requires_grad for p in term.parameters())
+    student = torch.randn(3, 2, 8, requires_grad=True)
+    teachers = [torch.randn(3, 2, 8) for _ in range(3)]
+    loss = fuser(0, student, teachers, torch.ones(2, 3, dtype=torch.bool))
+    loss.backward()
+    assert student.grad is not None and student.grad.abs().sum() > 0
+    assert all(m.weight.grad is None for m in fuser.maps)
+    assert all(torch.equal(m.weight, b) for m, b in zip(fuser.maps, before))
+    assert all(p.requires_grad for p in LayerKDTerm("ckd", 0.7, layer_context(6, 2, 8, 8), ckd_form="paper").parameters())
+
+
 def test_ckd_paper_form_at_equal_widths_warns_once_that_its_map_can_collapse(caplog):
     """The paper's fused map stays ckd's default where the widths are equal (fidelity), but it
     collapsed a student of the teacher's width in configs/papers.yaml: the run says so once at
     start-up, with the released form as the way out; the released form and pkd say nothing."""
     with caplog.at_level("WARNING"):
-        LayerKDTerm("ckd", 0.7, layer_context(6, 2, student_dim=8, teacher_dim=8))
+        LayerKDTerm("ckd", 0.7, layer_context(6, 2, student_dim=8, teacher_dim=8), ckd_form="paper")
     warnings = [r.message for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1, warnings
     assert "--ckd-form released" in warnings[0] and "collapse" in warnings[0]
@@ -269,7 +304,8 @@ def test_ckd_paper_form_at_equal_widths_warns_once_that_its_map_can_collapse(cap
     with caplog.at_level("WARNING"):
         LayerKDTerm("ckd", 0.7, layer_context(6, 2, 8, 8), ckd_form="released")
         LayerKDTerm("pkd", 0.7, layer_context(6, 2, 8, 8))
-        LayerKDTerm("ckd", 0.7, layer_context(6, 2, 4, 8))  # student-side by default: an info line
+        LayerKDTerm("ckd", 0.7, layer_context(6, 2, 8, 8))  # the default: the released form
+        LayerKDTerm("ckd", 0.7, layer_context(6, 2, 4, 8), ckd_form="paper")  # student side: an info line
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
@@ -369,7 +405,7 @@ def test_option_defaults_leave_the_choice_to_the_method():
     for config in (PKDConfig(), CKDConfig(), ALPKDConfig(), DistillConfig()):
         assert config.layer_mse_reduction is None
     ckd = CKDConfig()
-    assert (ckd.ckd_form, ckd.ckd_project, ckd.layer_normalize, ckd.ckd_combination) == ("paper", None, None, "rc")
+    assert (ckd.ckd_form, ckd.ckd_project, ckd.layer_normalize, ckd.ckd_combination) == ("released", None, None, "rc")
     # the stored options of a checkpoint written before --layer-mse-reduction and --ckd-form
     old = SimpleNamespace(layer_weight=0.7, kd_side="encoder", layer_map="", decoder_layer_map="",
                           layer_normalize="none", kd_include_embedding=False, ckd_combination="rc",
@@ -459,7 +495,8 @@ def test_collapsible_setups_are_warned_about(caplog):
                    for r in caplog.records) == warned
     # each method's own normalisation when --layer-normalize is not given
     assert {m: LayerKDTerm(m, 0.7, layer_context()).normalize for m in ("pkd", "ckd", "alp_kd")} == \
-        {"pkd": "l2", "ckd": "none", "alp_kd": "none"}
+        {"pkd": "l2", "ckd": "l2", "alp_kd": "none"}  # ckd: its released form
+    assert LayerKDTerm("ckd", 0.7, layer_context(), ckd_form="paper").normalize == "none"
 
 
 def test_encoder_layer_loss_sums_source_positions_and_shares_the_target_token_denominator(tiny_data,
@@ -472,7 +509,8 @@ def test_encoder_layer_loss_sums_source_positions_and_shares_the_target_token_de
     from helpers import transformer_flags
 
     cfg, task, model = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher,
-                             "--layer-map", "2", criterion="ckd", model=transformer_flags(1, 1, 24, 48))
+                             "--layer-map", "2", "--ckd-form", "paper", criterion="ckd",
+                             model=transformer_flags(1, 1, 24, 48))
     crit = task.build_criterion(cfg.criterion)
     model.train()
     sample = first_batch(task)

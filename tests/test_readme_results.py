@@ -25,14 +25,14 @@ PAPERS_TABLES = {
         "CKD-SC": "ckd-sc-2",
         "CKD-CC": "ckd-cc-2",
         "ALP-KD": "alp-kd-2",
-        "A2D, the paper's β = 1": "a2d-2",
+        "A2D, the paper's β = 1": "a2d-beta1-2",
         "A2D, the released code's form and weights": "a2d-released-2",
-        "A2D, the plugin's default β = 0.01": "a2d-default-2",
+        "A2D, rowwise at β = 0.01": "a2d-rowwise-2",
     }),
     "row (3+3, d = 128)": (("no-kd-3", "word-kd-3"), {
         "no KD": "no-kd-3",
         "word-level KD": "word-kd-3",
-        "A2D, the paper's β = 1": "a2d-3",
+        "A2D, the paper's β = 1": "a2d-beta1-3",
         "A2D, the released code's form and weights": "a2d-released-3",
     }),
 }

@@ -101,3 +101,27 @@ def test_recipe_options_are_checked(tmp_path):
     proc = subprocess.run(["bash", os.path.join(RECIPE, "prepare.sh"), "--archive", "/nonexistent.tgz"],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
     assert proc.returncode == 1 and "--archive /nonexistent.tgz does not exist" in proc.stdout
+
+
+def test_a_bad_rows_file_is_refused_when_run_sh_starts_naming_file_line_and_valid_values(tmp_path):
+    """issue 49.8: a data-column typo trained on the original data; spaces for tabs or a missing
+    column failed only at the students stage, in fairseq's argparse dump."""
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    good = "no-kd-3\t3\toriginal\tlabel_smoothed_cross_entropy\t-\t4\t36.24"
+    cases = [
+        ("seq-kd", "no-kd-3\t3\tseq-kd\tword_kd\t-\t4\t36.24", "line 2 (no-kd-3): data 'seq-kd'; valid: original, seqkd"),
+        ("spaces", "no-kd-3 3 original word_kd - 4 36.24", "line 2 has 1 tab-separated column(s), not 7"),
+        ("short", "no-kd-3\t3\toriginal\tword_kd\t4\t36.24", "line 2 has 6 tab-separated column(s), not 7"),
+        ("criterion", "x\t3\toriginal\tword-kd\t-\t4\t1", "line 2 (x): criterion 'word-kd'; valid: label_smoothed_cross_entropy, word_kd"),
+        ("heads", "x\t3\toriginal\tword_kd\t-\tfour\t1", "line 2 (x): heads 'four': a number"),
+        ("twice", good, "line 2: the name 'no-kd-3' is used by an earlier row"),
+    ]
+    for label, row, message in cases:
+        rows = tmp_path / f"{label}.tsv"
+        rows.write_text(f"{good}\n{row}\n" if label == "twice" else f"# a comment\n{row}\n")
+        for extra in ([], ["--dry-run"]):
+            proc = subprocess.run(["bash", os.path.join(RECIPE, "run.sh"), "--rows", str(rows), "--out",
+                                   str(tmp_path / "w"), *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, env=env, cwd=REPO)
+            assert proc.returncode == 2 and f"run.sh: --rows {rows} {message}" in proc.stdout, (label, proc.stdout)
+            assert "fairseq-train" not in proc.stdout

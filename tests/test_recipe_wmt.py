@@ -318,9 +318,11 @@ def test_wmt14_dry_run_prints_the_papers_settings(tmp_path):
     assert "--criterion pkd" in students["pkd-2"]
     assert "--criterion ckd" in students["ckd-rc-2"] and "--ckd-combination rc" in students["ckd-rc-2"]
     assert "--ckd-combination oc" in students["ckd-oc-2"]
-    assert "--ckd-combination rc --ckd-form released" in students["ckd-rc-released-2"]
-    assert "--criterion a2d" in students["a2d-2"] and "--a2d-weight 0.1 --distributed" in students["a2d-2"]
-    assert "--a2d-weight 0.1 --kd-weight 0 " in students["a2d-2-no-word-kd"]
+    assert "--ckd-form" not in students["ckd-rc-2"]  # the default: the authors' released form
+    assert "--ckd-combination rc --ckd-form paper" in students["ckd-rc-2-paper"]
+    assert "--criterion a2d" in students["a2d-2"] and "--a2d-" not in students["a2d-2"]
+    assert "--a2d-released --a2d-weight 0.1 --distributed" in students["a2d-2-released"]
+    assert "--kd-weight 0 " in students["a2d-2-no-word-kd"]
     assert all(f"--teacher-path {tmp_path}/w/runs/teacher/checkpoint_last.pt" in students[n] for n in names[1:])
     evaluations = [c for c in commands(printed) if c.startswith("+ fsd-evaluate")]
     assert len(evaluations) == 1 + len(names) and all("--beam 4 --lenpen 0.6" in c for c in evaluations)

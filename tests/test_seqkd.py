@@ -62,7 +62,7 @@ def test_dropped_hypothesis_is_caught(tiny_data, corpus, tmp_path):
     write_shards(work, hyps, drop={7})
     proc = merge(tiny_data, work, out, check=False)
     assert proc.returncode != 0
-    assert "1 of 400 training sentences have no (or an empty) teacher hypothesis (first ids: [7])" in proc.stdout
+    assert "1 of 400 training sentences have no (or an empty) teacher hypothesis (first sentence ids, 0-based: [7])" in proc.stdout
     assert not os.path.exists(os.path.join(out, "train.de-en.en.bin"))
 
     # the user may choose to keep the reference instead, and is told
@@ -146,7 +146,10 @@ def test_a_translations_file_with_a_missing_line_or_the_wrong_count(tiny_data, c
     translations.write_text("\n".join(lines) + "\n", encoding="utf-8")
     proc = seqkd_from_file(tiny_data, translations, tmp_path / "out", check=False)
     assert proc.returncode != 0
-    assert "1 of 400 training sentences have no (or an empty) teacher hypothesis (first ids: [3])" in proc.stdout
+    # issue 49: the file's own line number (line 4 holds sentence 3), and the remedy that applies
+    assert f"1 of 400 lines of --teacher-translations {translations} are empty or blank (first lines: [4])" \
+        in proc.stdout
+    assert "fill those lines, or pass --on-missing reference" in proc.stdout and "shard" not in proc.stdout
     seqkd_from_file(tiny_data, translations, tmp_path / "out2", "--on-missing", "reference")
     assert load_side(str(tmp_path / "out2"), "train", "de", "en", "en")[3] == ref[3]
     translations.write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")

@@ -169,15 +169,15 @@ def test_merge_needs_the_subset_and_source_the_shards_translated(tmp_path):
 
 def test_a_rerun_keeps_the_shards_decoded_with_the_same_settings(tmp_path):
     """issue 32.7: fsd-seqkd resumes: a complete shard file of the same settings is kept."""
-    from fairseq_distill.seqkd.decode import finished_shard
+    from fairseq_distill.seqkd.decode import shard_settings
 
-    settings = {"backend": "fairseq", "beam": 4, "nbest": 1, "source": None, "teacher": [{"name": "t.pt", "size": 3}]}
+    settings = {"backend": "fairseq", "beam": 4, "nbest": 1, "source": None,
+                "teacher": [{"name": "t.pt", "sha256": "ab"}], "train_source_sha256": "cd"}
     args = SimpleNamespace(work=str(tmp_path), num_shards=2, shard_id=1)
-    assert not finished_shard(args, settings)
+    assert shard_settings(args) is None
     write_shard(tmp_path, 1, 2, settings, [{"id": 1, "hyp": "x"}])
-    assert finished_shard(args, settings)
-    assert not finished_shard(args, dict(settings, beam=5))
-    assert not finished_shard(SimpleNamespace(work=str(tmp_path), num_shards=2, shard_id=0), settings)
+    assert shard_settings(args) == settings
+    assert shard_settings(SimpleNamespace(work=str(tmp_path), num_shards=2, shard_id=0)) is None
 
 
 def test_a_source_longer_than_the_teacher_accepts_is_named():

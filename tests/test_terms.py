@@ -44,7 +44,8 @@ def test_ckd_plus_a2d_is_the_weighted_sum_of_its_terms():
     ("pkd", [], 0.2 * 2 + 0.1 * 3 + 0.7 * 5),            # η = 0.1, λ = 0.7, CE 0.2
     ("ckd", [], 0.2 * 2 + 0.1 * 3 + 0.7 * 5),
     ("alp_kd", [], 0.2 * 2 + 0.1 * 3 + 0.7 * 5),
-    ("a2d", [], 0.5 * 2 + 0.5 * 3 + 0.01 * 7),           # α = 0.5; β = 0.01 on top of the rest
+    ("a2d", [], 0.5 * 2 + 0.5 * 3 + 1.0 * 7),            # α = 0.5; β = 1 (flat) on top of the rest
+    ("a2d", ["--a2d-kl-mode", "rowwise"], 0.5 * 2 + 0.5 * 3 + 0.01 * 7),  # rowwise's own β = 0.01
     ("a2d", ["--a2d-released"], 0.5 * 2 + 0.5 * 3 + 1.0 * 7),
     ("distill", ["--distill-terms", "word_kd,ckd,a2d", "--kd-weight", "0.2", "--layer-weight", "0.5",
                  "--a2d-weight", "0.3"], 0.3 * 2 + 0.2 * 3 + 0.5 * 5 + 0.3 * 7),

@@ -19,10 +19,17 @@ INTERRUPTED = 130
 def run_cli(prog: str, body: Callable[[], T], on_interrupt: str = "") -> T:
     """Call ``body()``; on a user error print ``PROG: error: ...`` and exit with status 1. On
     Ctrl-C print one line, ``on_interrupt`` (what was kept and how to go on), and exit 130."""
+    from fairseq_distill.workdir import no_space_error
+
     try:
         return body()
     except DistillError as e:
         sys.exit(f"{prog}: error: {e}")
+    except OSError as e:
+        full = no_space_error(e)
+        if full is None:
+            raise
+        sys.exit(f"{prog}: error: {full}")
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted; {on_interrupt or 'nothing of this run is kept'}", file=sys.stderr)
         sys.exit(INTERRUPTED)

@@ -17,6 +17,7 @@ plain label-smoothed cross-entropy, so checkpoints compare with non-KD training.
 The task builds the criterion, then tells it fairseq's epoch and update number
 (:meth:`set_epoch`, :meth:`set_num_updates`), which scheduled weights follow.
 """
+import logging
 import math
 from typing import Dict, Optional, Tuple
 
@@ -36,6 +37,8 @@ from fairseq_distill.features import FeatureRequest, Features, run_with_features
 from fairseq_distill.terms import TermContext
 from fairseq_distill.terms.base import batch_sample_size
 from fairseq_distill.terms.registry import build_terms, parse_term_names, upgrade_criterion_keys
+
+logger = logging.getLogger(__name__)
 
 PLAIN_KEYS = ("loss", "nll_loss")
 
@@ -70,12 +73,25 @@ class DistillationCriterion(LabelSmoothedCrossEntropyCriterion):
         # absent from the stored options of checkpoints written before the check existed
         self.collapse_watch = CollapseWatch(window=getattr(cfg, "collapse_window", 100),
                                             stop=getattr(cfg, "stop_on_collapse", False))
+        if self.collapse_watch.stop:
+            check_something_to_watch(self.collapse_watch.window, list(self.terms),
+                                     int(getattr(cfg, "max_update", 0) or 0))
         self.reset_parameters_on_load = cfg.reset_distill_parameters
+        self.reset_optimizer = bool(getattr(cfg, "reset_optimizer", False))
         shared = sum(t.weight for t in self.terms.values() if t.shares_ce_budget)
         if self.explicit_ce_weight is None and shared > 1:
             parts = " + ".join(f"{t.name} {t.weight}" for t in self.terms.values() if t.shares_ce_budget)
             raise DistillError(f"the KD weights ({parts}) exceed 1, leaving the cross-entropy a "
                                f"negative weight; lower them or give --ce-weight explicitly")
+
+    # -- the collapse watch's state travels with the criterion's parameters -----------------
+
+    def get_extra_state(self):
+        return {"collapse_watch": self.collapse_watch.state_dict()}
+
+    def set_extra_state(self, state):
+        if isinstance(state, dict):
+            self.collapse_watch.load_state_dict(state.get("collapse_watch", {}))
 
     # -- training progress, told by the task ------------------------------------------------
 
@@ -184,12 +200,73 @@ class DistillationCriterion(LabelSmoothedCrossEntropyCriterion):
     def load_state_dict(self, state_dict, strict=True, *args, **kwargs):
         """Load learned term parameters saved by this criterion (or by version 0.1), with an
         error that says what to do when they were trained with other options."""
+        if state_dict is None:  # the checkpoint's criterion had no learned parameters
+            learned = ", ".join(sorted({k.split(".")[1] for k, _ in self.named_parameters()}))
+            if not self.reset_optimizer:
+                raise DistillError(
+                    f"the checkpoint has no parameters for this run's {learned} term (it was trained "
+                    f"without it), and its optimizer state cannot hold them: resume with --reset-optimizer "
+                    f"(the model weights are kept; the {learned} parameters, the optimizer and the update "
+                    f"count start afresh), or start a new --save-dir")
+            logger.info(f"the checkpoint has no parameters for the {learned} term: they start afresh")
+            return nn.modules.module._IncompatibleKeys([], [])
         if self.reset_parameters_on_load:
             return nn.modules.module._IncompatibleKeys([], [])
         state_dict = upgrade_criterion_keys(state_dict, list(self.terms))
+        state_dict = self.check_loss_forms(state_dict)
+        # written before the watch's state was kept: it starts afresh
+        state_dict.setdefault("_extra_state", {"collapse_watch": {}})
         project = next((t.project for t in self.terms.values() if hasattr(t, "project")), None)
         check_criterion_state(self.state_dict(), state_dict, project)
         return super().load_state_dict(state_dict, strict, *args, **kwargs)
+
+    def check_loss_forms(self, state_dict: dict) -> dict:
+        """Refuse a resume whose options would read the saved parameters differently (each
+        term's :meth:`~fairseq_distill.terms.base.DistillationTerm.loss_form`); a checkpoint
+        written before the forms were recorded gets this run's, with a warning."""
+        state_dict = dict(state_dict)
+        for name, term in self.terms.items():
+            key, ours = f"terms.{name}._extra_state", term.loss_form()
+            saved = state_dict.get(key)
+            if saved is None:
+                if ours and any(k.startswith(f"terms.{name}.") for k in state_dict):
+                    options = " ".join(f"{k} {v}" for k, v in ours.items())
+                    logger.warning(f"the checkpoint does not record the options its {name} parameters were "
+                                   f"trained with (it predates the record); they are read as this run's: "
+                                   f"{options}. If it was trained otherwise, resume with its options")
+                state_dict[key] = {"loss_form": ours}
+                continue
+            theirs = saved.get("loss_form", {}) if isinstance(saved, dict) else {}
+            differ = [(k, theirs[k], v) for k, v in ours.items() if k in theirs and theirs[k] != v]
+            if differ:
+                # the first option that differs is named; the rest may follow from it
+                (option, old, new), rest = differ[0], differ[1:]
+                then = f"{option} {old}" + (f" ({', '.join(f'{k} {o}' for k, o, _ in rest)})" if rest else "")
+                now = f"{option} {new}" + (f" ({', '.join(f'{k} {n}' for k, _, n in rest)})" if rest else "")
+                again = " ".join(f"{k} {o}" for k, o, _ in differ) if option != "--ckd-form" else f"{option} {old}"
+                raise DistillError(
+                    f"the checkpoint's {name} parameters were trained with {then}, this run uses {now}, "
+                    f"which would read them differently: resume with {again}, or start them afresh with "
+                    f"--reset-distill-parameters --reset-optimizer")
+        return state_dict
+
+
+def check_something_to_watch(window: int, terms, max_update: int = 0):
+    """--stop-on-collapse needs a watch that can judge: a window, a term that can collapse, and
+    a run long enough for two windows (a term is judged against its highest window)."""
+    from fairseq_distill.collapse import WATCHED_TERMS
+
+    if window == 0:
+        raise DistillError("--stop-on-collapse has nothing to watch: --collapse-window 0 turns the watch off; give "
+                           "a window of N updates (default 100)")
+    watched = [t for t in terms if t in WATCHED_TERMS]
+    if not watched:
+        raise DistillError(f"--stop-on-collapse has nothing to watch: it watches layer and attention KD terms "
+                           f"(pkd, ckd, alp_kd, a2d), and this criterion has {', '.join(terms) or 'none'}")
+    if max_update and max_update < 2 * window:
+        raise DistillError(f"--stop-on-collapse judges windows of --collapse-window {window} updates against the "
+                           f"highest before, and --max-update {max_update} leaves fewer than two: give a window of "
+                           f"at most {max_update // 2} updates")
 
 
 def other_side_projection(key: str, ours, saved, project: Optional[str]) -> str:
@@ -213,6 +290,8 @@ def check_criterion_state(ours: dict, saved: dict, layer_project: Optional[str] 
                            f"{missing or 'none'}, in the checkpoint but not built now {unexpected or 'none'}; "
                            f"{advice}")
     for key, value in ours.items():
+        if key.endswith("_extra_state"):  # the loss forms, checked before
+            continue
         if tuple(value.shape) != tuple(saved[key].shape):
             side = other_side_projection(key, value, saved[key], layer_project)
             raise DistillError(f"criterion parameter '{key}' has shape {tuple(saved[key].shape)} in the "

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, make_dataclass
 from typing import Optional, Sequence
 
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterionConfig
+from omegaconf import II
 
 from fairseq_distill import terms  # noqa: F401  (registers the terms)
 from fairseq_distill.terms.registry import option_groups
@@ -34,6 +35,11 @@ class CommonOptions:
         metadata={"help": "when resuming, start the criterion's learned parameters (layer "
                   "projections, attention alignment) afresh instead of loading them"},
     )
+    # fairseq's own --reset-optimizer, which a resume needs where the checkpoint's optimizer
+    # state cannot hold the criterion's parameters (no command-line option of its own)
+    reset_optimizer: bool = II("checkpoint.reset_optimizer")
+    # the run's length, for --stop-on-collapse's check that two windows fit in it
+    max_update: int = II("optimization.max_update")
 
 
 @dataclass

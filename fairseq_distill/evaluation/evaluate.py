@@ -39,6 +39,23 @@ def checkpoint_parameters(path):
     return count_parameters(state["model"])
 
 
+def binarized_subsets(data_bin: str) -> list:
+    """The subsets fairseq can load from ``data_bin``: those with ``SUBSET.SRC-TGT.LANG.bin``."""
+    names = set()
+    for name in os.listdir(data_bin):
+        parts = name.split(".")
+        if len(parts) == 4 and parts[3] == "bin" and "-" in parts[1]:
+            names.add(parts[0])
+    return sorted(names)
+
+
+def check_subset(data_bin: str, subset: str):
+    found = binarized_subsets(data_bin)
+    if subset not in found:
+        raise DistillError(f"{data_bin} has no binarized '{subset}' set; it has {', '.join(found) or 'none'}: "
+                           f"pass --subset one of those")
+
+
 def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size=128,
              max_len_a=1.2, max_len_b=10, out_json=None, extra_args=(), tag=None):
     """``tag`` names this evaluation's files (``STEM.TAG.SUBSET.*``) when one checkpoint is
@@ -48,6 +65,7 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
             raise DistillError(f"checkpoint not found: '{path}'")
     if not os.path.isdir(data_bin):
         raise DistillError(f"data directory not found: '{data_bin}'")
+    check_subset(data_bin, subset)
     meta = load_meta(data_bin)
     post = POST_PROCESS.get((meta or {}).get("bpe"), "sentencepiece")
     total = (meta or {}).get("sizes", {}).get(subset)

@@ -2,6 +2,7 @@
 decoded with the same settings (:mod:`fairseq_distill.seqkd.job`)."""
 import json
 import os
+from typing import Optional
 
 
 from fairseq_distill.evaluation.generate import progress_bar, run_generate
@@ -51,18 +52,18 @@ def generate_ctranslate2(args, inputs: Inputs, teacher):
     return nbest, result.seconds, stats
 
 
-def finished_shard(args, settings: dict) -> bool:
-    """Whether shard ``args.shard_id``'s file is complete (written whole, then renamed) and was
-    decoded with ``settings``: a rerun keeps it instead of decoding it again."""
+def shard_settings(args) -> Optional[dict]:
+    """The settings shard ``args.shard_id``'s file was decoded with, if it is complete (written
+    whole, then renamed); a rerun keeps a shard whose settings are its own."""
     path = shard_path(args.work, args.shard_id, args.num_shards)
     if not os.path.isfile(path):
-        return False
+        return None
     with open(path, encoding="utf-8") as f:
         try:
             header = json.loads(f.readline())
         except ValueError:
-            return False
-    return header.get("settings") == json.loads(json.dumps(settings))
+            return None
+    return header.get("settings") if isinstance(header, dict) else None
 
 
 def shard_records(nbest, kept: int):

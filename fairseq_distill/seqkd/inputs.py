@@ -133,15 +133,29 @@ def read_teachers(teachers, data_bin, src, tgt, allow_size_only=False):
 
 def decoding_settings(args, paths, mono_info) -> dict:
     """How a shard was decoded: recorded in its first line; every shard of a merge must agree.
-    Files are named by name and size, not path: shards may be decoded on other machines."""
+    A teacher is identified by its name and content (SHA-256), not its path: shards may be
+    decoded on other machines, and a teacher retrained at the same path is another teacher."""
+    from fairseq_distill.text.files import file_sha256
+
     return {
         "backend": args.backend,
         "compute_type": (args.compute_type or "float32") if args.backend == "ctranslate2" else None,
-        "teacher": [{"name": os.path.basename(p), "size": os.path.getsize(p)} for p in paths],
+        "teacher": [{"name": os.path.basename(p), "sha256": file_sha256(p)} for p in paths],
         "subset": args.subset, "beam": args.beam, "lenpen": args.lenpen,
         "max_len_a": args.max_len_a, "max_len_b": args.max_len_b, "nbest": args.nbest,
         "source": mono_info,
     }
+
+
+def sources_digest(sources: List[str]) -> str:
+    """The training source as decoded (its subword pieces, in corpus order), by content: a shard
+    of other data, or of the same data binarized in another order, is not reused."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for line in sources:
+        h.update(line.encode("utf-8") + b"\n")
+    return h.hexdigest()
 
 
 class Inputs:

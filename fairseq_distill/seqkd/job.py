@@ -35,11 +35,12 @@ from typing import Optional
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.text.segmentation import load_meta
-from fairseq_distill.seqkd.decode import finished_shard, generate_shard
+from fairseq_distill.seqkd.decode import generate_shard, shard_settings
 from fairseq_distill.seqkd.inputs import (Inputs, SeqKDJob, check_options, check_source_lengths,
                                           check_sources_not_empty, data_langs, decoding_settings, load_side,
-                                          read_teachers, shard_path)
+                                          read_teachers, shard_path, sources_digest)
 from fairseq_distill.seqkd.merge import merge
+from fairseq_distill.workdir import DirectoryLock, check_output_dir
 
 
 def fairseq_teacher(args: SeqKDJob, src: str, tgt: str, sources):
@@ -104,10 +105,15 @@ def decode_shards(args: SeqKDJob, settings: dict, generate) -> Optional[float]:
     started = time.time()
     for shard_id in shard_ids:
         args.shard_id = shard_id
-        if finished_shard(args, settings):
+        found = shard_settings(args)
+        if found == json.loads(json.dumps(settings)):
             print(f"[seqkd] shard {shard_id}/{args.num_shards}: kept from an earlier run with the same "
-                  f"settings ({shard_path(args.work, shard_id, args.num_shards)})")
+                  f"teacher, data and settings ({shard_path(args.work, shard_id, args.num_shards)})")
             continue
+        if found is not None:
+            differ = sorted(k for k in set(found) | set(settings) if found.get(k) != settings.get(k))
+            print(f"[seqkd] shard {shard_id}/{args.num_shards}: decoding again: the earlier run's "
+                  f"{', '.join(differ)} differ(s) from this run's")
         generate()
     if len(shard_ids) != args.num_shards:
         return None
@@ -120,6 +126,19 @@ def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
     check_options(args)
     if not os.path.isdir(args.data):
         raise DistillError(f"data directory not found: '{args.data}'")
+    check_output_dir(args.out, args.data)
+    check_output_dir(args.work, args.data, "--work")
+    if args.work is None and args.out:
+        args.work = args.out.rstrip("/") + ".work"
+    if args.work is None:
+        raise DistillError("pass --work (shard outputs) or --out (new data directory)")
+    # a shard made alone locks its part of the work directory; any other run, all of it
+    with DirectoryLock(args.work, "fsd-seqkd", part=args.shard_id if not args.merge else None):
+        return make_locked(args)
+
+
+def make_locked(args: SeqKDJob) -> Optional[dict]:
+    """:func:`make_seqkd_data` once the work directory is locked."""
     meta = load_meta(args.data)
     src, tgt = data_langs(args.data, meta, args)
     sources = load_side(args.data, args.subset, src, tgt, src)
@@ -129,11 +148,6 @@ def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
         check_sources_not_empty(sources, args.data, args.subset)
     if args.num_shards < 1 or (args.shard_id is not None and not 0 <= args.shard_id < args.num_shards):
         raise DistillError(f"--shard-id must be in 0..{args.num_shards - 1}, got {args.shard_id}")
-    if args.work is None:
-        if args.out is None:
-            raise DistillError("pass --work (shard outputs) or --out (new data directory)")
-        args.work = args.out.rstrip("/") + ".work"
-
     inputs = None
     if args.teacher_translations:
         from fairseq_distill.seqkd.translations import check_translation_options, translations_shard
@@ -153,12 +167,15 @@ def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
         else:
             raise DistillError("pass --teacher CHECKPOINT to decode (or --teacher-ctranslate2 DIR: a pretrained "
                                "CTranslate2 model; or --teacher-translations FILE: translations made elsewhere)")
+        # in place: the decoding function writes this same dict into each shard's header
+        settings["train_source_sha256"] = sources_digest(sources)
         decode_seconds = decode_shards(args, settings, generate)
         if decode_seconds is None:
             return None  # one shard of many: merge later
     if not args.out:
         raise DistillError("--out is required to merge")
-    summary = merge(args, src, tgt, inputs)
+    with DirectoryLock(args.out, "fsd-seqkd"):
+        summary = merge(args, src, tgt, inputs)
     if decode_seconds is not None:
         summary["decode_seconds"] = round(decode_seconds, 1)
         summary["sentences_per_second"] = round(len(inputs) / decode_seconds, 1)

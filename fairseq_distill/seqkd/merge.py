@@ -101,14 +101,21 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None):
         train_missing = [i for i in missing if i < n]
         mono_missing = [i - n + 1 for i in missing if i >= n]
         what = []
-        if train_missing:
+        translations = settings.get("backend") == "translations file"
+        if train_missing and translations:
+            lines = [i + 1 for i in train_missing[:10]]
+            what.append(f"{len(train_missing)} of {n} lines of --teacher-translations {args.teacher_translations} "
+                        f"are empty or blank (first lines: {lines})")
+        elif train_missing:
             what.append(f"{len(train_missing)} of {n} training sentences have no (or an empty) teacher "
-                        f"hypothesis (first ids: {train_missing[:10]})")
+                        f"hypothesis (first sentence ids, 0-based: {train_missing[:10]})")
         if mono_missing:
             what.append(f"{len(mono_missing)} of {m} lines of --source have none (first lines: {mono_missing[:10]})")
+        remedy = ("fill those lines" if translations else
+                  "decode those sentences again (delete their shard files under --work and rerun)")
         raise DistillError(
-            f"{'; '.join(what)}; rerun the missing shards, or pass --on-missing reference to keep the "
-            f"original reference for training sentences (and leave such --source lines out)")
+            f"{'; '.join(what)}; {remedy}, or pass --on-missing reference to keep the original reference "
+            f"for training sentences (and leave such --source lines out)")
     missing_set = set(missing)
     train_missing = [i for i in missing if i < n]
     sources = inputs.train + inputs.mono

@@ -80,6 +80,9 @@ class CacheMeta:
     format_version: int = FORMAT_VERSION
     build_seconds: float = 0.0
     extra: dict = field(default_factory=dict)
+    # each array file's size in bytes, written with meta.json last: a reader checks them (absent
+    # from caches made before the check)
+    array_bytes: dict = field(default_factory=dict)
 
     def save(self, directory: str):
         tmp = os.path.join(directory, META_FILE + ".tmp")
@@ -111,7 +114,7 @@ def load_array(directory: str, name: str, mmap_mode=None) -> np.ndarray:
     path = os.path.join(directory, name)
     try:
         return np.load(path, mmap_mode=mmap_mode)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError) as e:  # EOFError: an empty (0-byte) file
         raise DistillError(f"teacher cache '{directory}' is incomplete or damaged: {path}: {e}; make it "
                            f"again with fsd-cache-teacher") from e
 
@@ -122,6 +125,13 @@ class TeacherCache:
     def __init__(self, directory: str):
         self.directory = directory
         self.meta = CacheMeta.load(directory)
+        for name, size in self.meta.array_bytes.items():
+            path = os.path.join(directory, name)
+            found = os.path.getsize(path) if os.path.isfile(path) else None
+            if found != size:
+                raise DistillError(f"teacher cache '{directory}' is incomplete or damaged: {path} has "
+                                   f"{'no file' if found is None else f'{found:,} bytes'} where its {META_FILE} "
+                                   f"records {size:,}; make it again with fsd-cache-teacher")
         self.offsets = load_array(directory, OFFSETS_FILE)
         self.log_probs = load_array(directory, LOG_PROBS_FILE, mmap_mode="r")
         self.indices = load_array(directory, INDICES_FILE, mmap_mode="r")

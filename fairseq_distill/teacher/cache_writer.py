@@ -12,6 +12,14 @@ A shard appends its rows to raw files in ``OUT/shards`` in the order it meets it
 sentences and writes a ``.done`` record (its sentence ids and settings) last, so a shard
 exists only once it is complete. The merge checks that every sentence came exactly once
 from shards made with the same settings, and moves the rows to corpus order.
+
+A cache is never half-written where it is read: the merge writes its arrays beside any earlier
+ones (``*.partial``), checks the disk has room first, removes the earlier ``meta.json``, moves
+the arrays into place and writes ``meta.json`` (with each array's size) last. A reader refuses
+a directory without it or whose arrays do not have the sizes it records. A rerun into a
+finished cache made from the same teacher, data and settings says so and does nothing. One run
+at a time per directory (:class:`~fairseq_distill.workdir.DirectoryLock`; shards side by side
+each lock their own part).
 """
 import json
 import logging
@@ -30,9 +38,12 @@ from fairseq_distill.errors import DistillError
 from fairseq_distill.losses import ensemble_log_probs
 from fairseq_distill.text.files import file_sha256
 from fairseq_distill.teacher.cache import (
-    INDICES_FILE, LOG_PROBS_FILE, OFFSETS_FILE, VALUE_DTYPES, CacheMeta, dictionary_digest,
+    INDICES_FILE, LOG_PROBS_FILE, META_FILE, OFFSETS_FILE, VALUE_DTYPES, CacheMeta, dictionary_digest,
     index_dtype, offsets_from_sizes, sizes_digest,
 )
+from fairseq_distill.workdir import DirectoryLock, check_free_space, check_output_dir
+
+PARTIAL = ".partial"  # the suffix of arrays being written, until the switch
 
 logger = logging.getLogger(__name__)
 COPY_ROWS = 1 << 20  # rows moved per step of the merge
@@ -76,6 +87,7 @@ def check_job(job: CacheJob):
         raise DistillError(f"--max-tokens must be positive, got {job.max_tokens}")
     if not os.path.isdir(job.data):
         raise DistillError(f"data directory not found: '{job.data}'")
+    check_output_dir(job.out, job.data)
 
 
 def setup_data(job: CacheJob):
@@ -205,17 +217,19 @@ def read_shards(job: CacheJob, n_sentences: int) -> List[dict]:
 
 
 def merge_shards(job: CacheJob, dataset, task) -> CacheMeta:
-    """Move every shard's rows to corpus order in the final arrays, then write meta.json last."""
+    """Move every shard's rows to corpus order in new arrays beside the old, then switch: the
+    old ``meta.json`` goes first, the arrays move into place, the new ``meta.json`` comes last."""
     records = read_shards(job, len(dataset))
     settings, vocab = records[0]["settings"], records[0]["vocab_size"]
     sizes = np.asarray(dataset.tgt_sizes, dtype=np.int64)
     offsets = offsets_from_sizes(sizes)
     rows, k = int(offsets[-1]), settings["top_k"]
     value_type, idx_type = np.dtype(settings["dtype"]), index_dtype(vocab)
-    values = np.lib.format.open_memmap(os.path.join(job.out, LOG_PROBS_FILE), mode="w+", dtype=value_type,
-                                       shape=(rows, k))
-    indices = np.lib.format.open_memmap(os.path.join(job.out, INDICES_FILE), mode="w+", dtype=idx_type,
-                                        shape=(rows, k))
+    check_free_space(job.out, rows * k * (value_type.itemsize + idx_type.itemsize) + offsets.nbytes + (1 << 16),
+                     f"merging the teacher cache ({rows:,} rows of K = {k})")
+    partial = {name: os.path.join(job.out, name + PARTIAL) for name in (LOG_PROBS_FILE, INDICES_FILE, OFFSETS_FILE)}
+    values = np.lib.format.open_memmap(partial[LOG_PROBS_FILE], mode="w+", dtype=value_type, shape=(rows, k))
+    indices = np.lib.format.open_memmap(partial[INDICES_FILE], mode="w+", dtype=idx_type, shape=(rows, k))
     for record in records:
         prefix = shard_prefix(job, record["shard_id"])
         ids = np.asarray(record["ids"], dtype=np.int64)
@@ -234,7 +248,11 @@ def merge_shards(job: CacheJob, dataset, task) -> CacheMeta:
             indices[dest[part]] = src_indices[part]
     values.flush(), indices.flush()
     del values, indices
-    np.save(os.path.join(job.out, OFFSETS_FILE), offsets)
+    with open(partial[OFFSETS_FILE], "wb") as f:
+        np.save(f, offsets)
+    for path in partial.values():  # on disk before the switch
+        with open(path, "rb+") as f:
+            os.fsync(f.fileno())
     meta = CacheMeta(
         teachers=records[0]["teachers"], teacher_digests=records[0]["teacher_digests"],
         data=os.path.abspath(job.data), subset=settings["subset"],
@@ -244,10 +262,36 @@ def merge_shards(job: CacheJob, dataset, task) -> CacheMeta:
         target_dictionary_digest=dictionary_digest(task.target_dictionary), vocab_size=vocab, top_k=k,
         temperature=settings["temperature"], value_dtype=settings["dtype"], index_dtype=idx_type.name,
         build_seconds=round(sum(r["seconds"] for r in records), 1),
+        array_bytes={name: os.path.getsize(path) for name, path in partial.items()},
     )
+    # the switch: without meta.json a reader refuses the directory, whatever state its arrays are in
+    if os.path.exists(os.path.join(job.out, META_FILE)):
+        os.remove(os.path.join(job.out, META_FILE))
+    for name, path in partial.items():
+        os.replace(path, os.path.join(job.out, name))
     meta.save(job.out)
     shutil.rmtree(os.path.join(job.out, "shards"), ignore_errors=True)
     return meta
+
+
+def finished_cache(job: CacheJob, dataset) -> Optional[CacheMeta]:
+    """The cache already in ``job.out``, if it is whole and was made from this job's teachers,
+    data and settings: a rerun keeps it."""
+    from fairseq_distill.teacher.cache import TeacherCache
+
+    if not os.path.isfile(os.path.join(job.out, META_FILE)) or not job.teacher:
+        return None
+    try:
+        cache = TeacherCache(job.out)
+    except DistillError:
+        return None
+    meta = cache.meta
+    same = (meta.teacher_digests == [file_sha256(p) for p in job.teacher.split(":")]
+            and meta.subset == job.subset and meta.top_k == job.top_k and meta.temperature == job.temperature
+            and meta.value_dtype == job.dtype and meta.sentences == len(dataset)
+            and meta.target_sizes_digest == sizes_digest(dataset.tgt_sizes)
+            and meta.source_sizes_digest == sizes_digest(dataset.src_sizes))
+    return meta if same else None
 
 
 def cache_size_bytes(directory: str) -> int:
@@ -277,6 +321,19 @@ def make_teacher_cache(job: CacheJob) -> Optional[CacheMeta]:
         raise DistillError(f"empty subset: '{job.subset}' of {job.data} has no sentences")
     check_lengths_fit(job, dataset)
     os.makedirs(job.out, exist_ok=True)
+    # a shard made alone locks its part of the directory; any other run, all of it
+    with DirectoryLock(job.out, "fsd-cache-teacher", part=job.shard_id if not job.merge else None):
+        return make_locked(job, task, dataset)
+
+
+def make_locked(job: CacheJob, task, dataset) -> Optional[CacheMeta]:
+    """:func:`make_teacher_cache` once the directory is locked."""
+    if not job.merge and job.shard_id is None:
+        done = finished_cache(job, dataset)
+        if done is not None:
+            print(f"[cache] {job.out} is already a finished cache of this teacher, data and settings "
+                  f"({done.sentences:,} sentences); nothing to do", file=sys.stderr)
+            return done
     if not job.merge:
         if not job.teacher:
             raise DistillError("--teacher is required to make a cache (or pass --merge to merge shards)")

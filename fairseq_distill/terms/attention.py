@@ -5,28 +5,36 @@ trainable Attention Alignment Module (AAM) per attention type: a pointwise convo
 from the L_s·H_s stacked student maps to the L_t·H_t teacher maps (channel = layer·H +
 head), so any depths and head counts pair up without a layer map.
 
-    L_attn = L_enc + (L_dec_self + L_dec_cross)/2,   weight β·decay^(epoch − 1)
+    L_attn = L_enc + (L_dec_self + L_dec_cross)/2,   weight β·decay^(e − 1)
 
 The halving applies when both decoder types are on; the weight comes on top of CE and
 word-level KD, as in the paper. Only the chosen attention types are captured and get an AAM.
-Two forms of each L (``--a2d-kl-mode``):
+Three forms of each L (``--a2d-kl-mode``):
 
-* ``rowwise`` (default; the paper as we read it, its Eqs. 9–12 being lost in our copy): every
+* ``flat`` (default): the authors' KL, one softmax over each flattened map on both sides
+  (so every cell has a gradient), taken over the sentence's real cells, times n² (n: the
+  sentence's mean number of keys per query row), averaged over sentences and maps, times
+  ``FLAT_SCALE``. Its ratio to the per-token cross-entropy no longer grows with sentences per
+  batch and maps per type, nor shrinks with sentence length (:func:`~fairseq_distill.losses.flat_attention_kl`);
+  ``FLAT_SCALE`` makes β = 1 pull as hard as the released code at β = 1 in the authors' own
+  setting. The term returns L_attn times ``sample_size`` (per target token, like the CE).
+* ``reference`` (``--a2d-released``): the authors' released code, reductions included: one
+  softmax over each whole flattened T x S map (applied to the teacher's probabilities too), no
+  masking, KL summed over batch, maps and cells, next to a cross-entropy averaged over the B·T
+  target positions. The term returns that sum times B·T, so that relative to the
+  cross-entropy (which the criterion sums) its gradient has the released code's scale, which
+  grows with the batch's sentences and the teacher's maps.
+* ``rowwise``: our reading of the paper's prose (its Eqs. 9–12 are lost in our copy): every
   real query row of an aligned map is made a distribution over the keys it may attend to
-  (``--a2d-normalize renorm``: the AAM's values, a weighted sum of probabilities, clamped
-  to be positive and divided by their sum; ``softmax`` is a variant whose rows keep a floor
-  of about log(#keys) − H(teacher row) that no alignment removes), and
-  ``L = Σ_maps mean_(real query rows) KL(teacher row ‖ aligned row)``. Summing over the
-  L_t·H_t maps is why the paper lowers β for a teacher with more maps. L_attn is per
-  target token like the cross-entropy: the term returns it times ``sample_size``.
-* ``reference``: the authors' released code, reductions included: one softmax over each
-  whole flattened T x S map (applied to the teacher's probabilities too), no masking, KL
-  summed over batch, maps and cells, next to a cross-entropy averaged over the B·T target
-  positions. The term returns that sum times B·T, so that relative to the cross-entropy
-  (which the criterion sums) its gradient has the released code's scale.
+  (``--a2d-normalize renorm``: the AAM's values clamped to be positive and divided by their
+  sum, so cells below the clamp get no gradient; ``softmax`` is a variant whose rows keep a
+  floor of about log(#keys) − H(teacher row) that no alignment removes), and
+  ``L = Σ_maps mean_(real query rows) KL(teacher row ‖ aligned row)``, per target token.
 
-The decay is per epoch (the paper), or with ``--a2d-decay-updates N`` continuous per
-update, ``β·decay^(updates/N)``, for runs much shorter than the paper's.
+The decay (``--a2d-decay-schedule``): ``run`` (default) steps e from 1 to the authors' 100
+epochs over this run's length, so the weight falls over the run as much as over theirs;
+``epoch`` is the paper's β·decay^(epoch − 1), which assumes runs of that length; with
+``--a2d-decay-updates N`` it is continuous, ``β·decay^(updates/N)``.
 """
 import logging
 import math
@@ -36,6 +44,7 @@ from typing import List, Optional, Sequence
 import torch
 import torch.nn as nn
 from fairseq.dataclass import ChoiceEnum
+from omegaconf import II
 from torch import Tensor
 
 from fairseq_distill.errors import DistillError
@@ -89,35 +98,43 @@ class AttentionAlignment(nn.Module):
         return align_attention(student_maps, self.weight, self.bias)
 
 
-# β and the KL's form, and where each comes from. The paper's own β is 1.0 for a 6-layer teacher
-# and 0.1 for a 12-layer one; at our benchmark's budget it cost far more than it gave
-# (bench/results/a2d.md), so the default is the best of that sweep. The KL is our reading of the
-# paper's prose (its equations are lost in our copy). --a2d-released: the authors' training
-# script and code (β = 1, their reductions); α = 0.5 and decay 0.9 come from the same script and
-# are the a2d criterion's defaults either way.
-DEFAULTS = {"weight": 0.01, "kl_mode": "rowwise"}
-RELEASED = {"weight": 1.0, "kl_mode": "reference"}
+# The defaults (issue 48). The KL is the authors' released one (a softmax over each flattened
+# map), which has no dead cells, with a reduction whose strength does not depend on the batch's
+# shape (``flat``); FLAT_SCALE makes β = 1 as strong, relative to the cross-entropy, as the
+# released code at β = 1 in the authors' own setting (bench/a2d_gradient_share.py measures it).
+# The weight decays by 0.9 per epoch of a run as long as the authors' (``run``), i.e. as much
+# over the run as their 100-epoch runs decay. --a2d-released: their code exactly (reductions,
+# β = 1, per-epoch decay); rowwise is our reading of the paper's prose, whose own weight is the
+# small β it tied word-level KD with. α = 0.5 and decay 0.9 come from the authors' script.
+DEFAULTS = {"kl_mode": "flat", "decay_schedule": "run"}
+RELEASED = {"weight": 1.0, "kl_mode": "reference", "decay_schedule": "epoch"}
+DEFAULT_WEIGHT = {"flat": 1.0, "reference": 1.0, "rowwise": 0.01}
+KL_MODES = ("flat", "reference", "rowwise")
+DECAY_SCHEDULES = ("run", "epoch")
+# the ratio of the released reduction's gradient share to the flat one's at FLAT_SCALE = 1, in
+# the authors' setting (IWSLT-shaped batches, 3+3 and 6+6 at d = 512): bench/a2d_gradient_share.py
+FLAT_SCALE = 6.7
+# the authors' runs: --max-epoch 100 (train_student.sh), so their weight falls to 0.9^99·β
+AUTHORS_EPOCHS = 100
 
 
 @dataclass
 class AttentionKDOptions:
-    # The paper's β (1.0 for a 6-layer teacher, 0.1 for a 12-layer one) cost a 2-layer student
-    # far more than it gave at a 10-epoch budget (bench/results/a2d.md); of the swept values
-    # 0.01 did best, so it is the default and the paper's setting is one flag away.
     a2d_weight: Optional[float] = field(
         default=None,
-        metadata={"help": "β, weight of the attention loss (the paper: 1.0 for a 6-layer teacher, "
-                  "0.1 for a 12-layer one). Default: 0.01, the best of a sweep at a short budget; "
-                  "1.0 with --a2d-released"},
+        metadata={"help": "β, weight of the attention loss. Default: 1.0 for --a2d-kl-mode flat "
+                  "(calibrated to the authors' strength at their β = 1) and reference (the "
+                  "paper's β for a 6-layer teacher), 0.01 for rowwise"},
     )
     a2d_released: bool = field(
         default=False,
-        metadata={"help": "the authors' released code in one switch: --a2d-kl-mode reference and β = 1 "
-                  "(with the a2d criterion's α = 0.5 and decay 0.9, as in their training script); "
-                  "options given explicitly win"},
+        metadata={"help": "the authors' released code in one switch: --a2d-kl-mode reference, β = 1 "
+                  "and --a2d-decay-schedule epoch (with the a2d criterion's α = 0.5 and decay 0.9, "
+                  "as in their training script); options given explicitly win"},
     )
     a2d_decay: float = field(
-        default=0.9, metadata={"help": "the attention weight is β·decay^(epoch − 1)"}
+        default=0.9, metadata={"help": "the attention weight falls by this factor per epoch (of the "
+                               "authors' run length with --a2d-decay-schedule run)"}
     )
     a2d_attention_types: str = field(
         default="all",
@@ -130,20 +147,38 @@ class AttentionKDOptions:
                   "renorm (values clamped positive, divided by their sum) or softmax (a variant "
                   "with a floor no alignment removes)"},
     )
-    a2d_kl_mode: Optional[ChoiceEnum(["rowwise", "reference"])] = field(
+    a2d_kl_mode: Optional[ChoiceEnum(list(KL_MODES))] = field(
         default=None,
-        metadata={"help": "rowwise (default): Σ over maps of the mean KL over real query rows, per "
-                  "target token (our reading of the paper's prose; its Eqs. 9-12 are lost in our "
-                  "copy); reference (the default with --a2d-released): the authors' released code "
-                  "with its reductions (softmax over each flattened map, unmasked, KL summed over "
-                  "batch, maps and cells beside a per-position CE)"},
+        metadata={"help": "flat (default): the authors' KL (a softmax over each flattened map) on "
+                  "real cells, averaged over sentences and maps and scaled so that its strength "
+                  "does not depend on batch size, sentence length or head count; reference (the "
+                  "default with --a2d-released): the released code with its reductions (unmasked, "
+                  "KL summed over batch, maps and cells beside a per-position CE, so its strength "
+                  "grows with the batch); rowwise: our reading of the paper's prose (per query "
+                  "row, clamped and renormalised)"},
+    )
+    a2d_decay_schedule: Optional[ChoiceEnum(list(DECAY_SCHEDULES))] = field(
+        default=None,
+        metadata={"help": "run (default): β·decay^(e − 1) where e runs from 1 to the authors' 100 "
+                  "epochs over this run's --max-update (per update) or --max-epoch (per epoch); "
+                  "epoch (the paper, and --a2d-released): β·decay^(epoch − 1)"},
     )
     a2d_decay_updates: int = field(
         default=0,
-        metadata={"help": "0: the weight decays once per epoch, β·decay^(epoch − 1) (the paper); "
-                  "N > 0: continuously, β·decay^(updates/N), e.g. to fit the paper's decay into "
-                  "a shorter run"},
+        metadata={"help": "N > 0: decay continuously, β·decay^(updates/N), whatever the schedule"},
     )
+    # the run's length, for --a2d-decay-schedule run (no command-line option of their own)
+    max_epoch: int = II("optimization.max_epoch")
+    max_update: int = II("optimization.max_update")
+
+
+def run_length(cfg, name: str) -> int:
+    """--max-epoch or --max-update as the criterion's options carry them (0 when absent, as in
+    the stored options of older checkpoints)."""
+    try:
+        return int(getattr(cfg, name, 0) or 0)
+    except (TypeError, ValueError):  # an interpolation left unresolved outside fairseq-train
+        return 0
 
 
 @register_term("a2d", options=(AttentionKDOptions,), legacy_name="attn")
@@ -152,16 +187,27 @@ class AttentionKDTerm(DistillationTerm):
     scheduled = True
 
     def __init__(self, weight: float, decay: float, context: TermContext, attention_types: str = "all",
-                 normalize: str = "renorm", kl_mode: str = "rowwise", decay_updates: int = 0):
+                 normalize: str = "renorm", kl_mode: str = "flat", decay_updates: int = 0,
+                 decay_schedule: str = "epoch", max_epoch: int = 0, max_update: int = 0):
         if weight < 0:
             raise DistillError(f"--a2d-weight must be >= 0, got {weight}")
         check_fraction("--a2d-decay", decay)
         if decay_updates < 0:
             raise DistillError(f"--a2d-decay-updates must be >= 0 (0: decay once per epoch), got {decay_updates}")
-        if kl_mode not in ("rowwise", "reference"):
-            raise DistillError(f"--a2d-kl-mode must be rowwise or reference, got {kl_mode}")
+        if kl_mode not in KL_MODES:
+            raise DistillError(f"--a2d-kl-mode must be one of {', '.join(KL_MODES)}, got {kl_mode}")
+        if decay_schedule not in DECAY_SCHEDULES:
+            raise DistillError(f"--a2d-decay-schedule must be one of {', '.join(DECAY_SCHEDULES)}, "
+                               f"got {decay_schedule}")
+        if decay_schedule == "run" and not decay_updates and not (max_update or max_epoch):
+            # an open-ended run (early stopping alone) is what the paper's per-epoch decay assumed
+            logger.warning("a2d: the run has no --max-update or --max-epoch, so the attention weight "
+                           "decays per epoch as in the paper (--a2d-decay-schedule epoch); give the "
+                           "run's length to spread the authors' 100-epoch decay over it")
+            decay_schedule = "epoch"
         super().__init__(weight)
         self.decay, self.decay_updates = decay, decay_updates
+        self.decay_schedule, self.max_epoch, self.max_update = decay_schedule, max_epoch or 0, max_update or 0
         self.normalize, self.kl_mode = normalize, kl_mode
         self.sentence_avg = context.sentence_avg
         self.types = parse_attention_types(attention_types)
@@ -177,26 +223,62 @@ class AttentionKDTerm(DistillationTerm):
             (ls, hs), (lt, ht) = student_shape[kind], teacher_shape[kind]
             logger.info(f"a2d {kind}: AAM {ls}x{hs} student heads -> {lt}x{ht} teacher heads")
         self.aams = nn.ModuleDict(aams)
+        logger.info(f"a2d: β = {weight}, {kl_mode} KL, {self.schedule_description()}")
 
     @classmethod
     def from_config(cls, cfg, context: TermContext, names: Sequence[str] = ()) -> "AttentionKDTerm":
-        # absent from the stored options of checkpoints written before --a2d-released
+        # absent from the stored options of checkpoints written before they existed, which
+        # trained rowwise at β = 0.01 decayed per epoch unless told otherwise
         released = getattr(cfg, "a2d_released", False)
-        defaults = RELEASED if released else DEFAULTS
-        weight = cfg.a2d_weight if cfg.a2d_weight is not None else defaults["weight"]
+        stored = {} if hasattr(cfg, "a2d_decay_schedule") else {"kl_mode": "rowwise", "decay_schedule": "epoch"}
+        defaults = dict(DEFAULTS, **stored, **(RELEASED if released else {}))
         kl_mode = str(cfg.a2d_kl_mode) if cfg.a2d_kl_mode else defaults["kl_mode"]
+        weight = cfg.a2d_weight
+        if weight is None:
+            weight = defaults.get("weight", DEFAULT_WEIGHT[kl_mode])
+        schedule = getattr(cfg, "a2d_decay_schedule", None)
+        schedule = str(schedule) if schedule else defaults["decay_schedule"]
         return cls(weight, cfg.a2d_decay, context, cfg.a2d_attention_types, str(cfg.a2d_normalize), kl_mode,
-                   cfg.a2d_decay_updates)
+                   cfg.a2d_decay_updates, schedule, run_length(cfg, "max_epoch"), run_length(cfg, "max_update"))
+
+    def schedule_description(self) -> str:
+        if self.decay_updates:
+            return f"weight β·{self.decay}^(updates/{self.decay_updates})"
+        if self.decay_schedule == "epoch":
+            return f"weight β·{self.decay}^(epoch − 1)"
+        unit = f"{self.max_update} updates" if self.max_update else f"{self.max_epoch} epochs"
+        return (f"weight β·{self.decay}^(e − 1), e running from 1 to {AUTHORS_EPOCHS} (the authors' run "
+                f"length) over this run's {unit}")
+
+    def loss_form(self) -> dict:
+        # the alignment modules' outputs are softmax logits (flat, reference) or clamped
+        # probabilities (rowwise renorm): another form would read them differently
+        form = {"--a2d-kl-mode": self.kl_mode}
+        if self.kl_mode == "rowwise":
+            form["--a2d-normalize"] = self.normalize
+        return form
 
     @property
     def request(self) -> FeatureRequest:
         return FeatureRequest(attention=frozenset(self.types))
 
     def current_weight(self) -> float:
-        """β·decay^(epoch − 1) from fairseq's epoch counter, or β·decay^(updates/N)."""
+        """β·decay^(epoch − 1) from fairseq's epoch counter, β·decay^(updates/N), or with the
+        ``run`` schedule the authors' epochs 1..100 spread over this run's length."""
         if self.decay_updates:
             return self.weight * self.decay ** (self.num_updates / self.decay_updates)
-        return self.weight * self.decay ** (self.epoch - 1)
+        if self.decay_schedule == "epoch":
+            return self.weight * self.decay ** (self.epoch - 1)
+        return self.weight * self.decay ** ((AUTHORS_EPOCHS - 1) * self.run_fraction())
+
+    def run_fraction(self) -> float:
+        """How far the run is, 0 at its start and 1 at its end: by updates where --max-update
+        bounds it, else by whole epochs (the first epoch 0, the last 1), as the paper steps."""
+        if self.max_update:
+            return min(1.0, self.num_updates / self.max_update)
+        if self.max_epoch <= 1:
+            return 0.0
+        return min(1.0, (self.epoch - 1) / (self.max_epoch - 1))
 
     def masks(self, kind: str, sample):
         """(key mask broadcastable to B x 1 x T x S, query mask B x T) of one attention type."""
@@ -212,7 +294,8 @@ class AttentionKDTerm(DistillationTerm):
         return tgt_real[:, None, None, :] & causal[None, None], tgt_real
 
     def losses_by_type(self, student: Features, teacher: Features, sample) -> dict:
-        """Each type's L: Σ_maps mean_rows KL (rowwise), or Σ_(batch, maps, cells) KL (reference)."""
+        """Each type's L: FLAT_SCALE·mean over sentences and maps of n²·KL (flat), Σ_maps mean_rows
+        KL (rowwise), or Σ_(batch, maps, cells) KL (reference)."""
         losses = {}
         for kind in self.types:
             key_mask, query_mask = self.masks(kind, sample)
@@ -221,6 +304,8 @@ class AttentionKDTerm(DistillationTerm):
                                   self.normalize, self.kl_mode)
             if self.kl_mode == "rowwise":
                 summed = summed / query_mask.sum().clamp(min=1)
+            elif self.kl_mode == "flat":
+                summed = summed * (FLAT_SCALE / (aligned.size(0) * aligned.size(1)))
             losses[kind] = summed
         return losses
 

@@ -70,6 +70,18 @@ class DistillationTerm(nn.Module):
     def current_weight(self) -> float:
         return self.weight
 
+    def loss_form(self) -> dict:
+        """The options that give the term's learned parameters their meaning ({option: value},
+        e.g. which side a layer map projects). Saved with them (as the module's extra state) so
+        that a resume under other options is refused instead of reinterpreting them."""
+        return {}
+
+    def get_extra_state(self):
+        return {"loss_form": self.loss_form()}
+
+    def set_extra_state(self, state):
+        self.loaded_form = dict(state.get("loss_form", {})) if isinstance(state, dict) else {}
+
     def forward(self, student: Features, teachers: List[Features], sample) -> Tensor:
         """The term's value for a batch at the scale of a sum over its positions (the criterion
         divides everything by ``sample_size``): summed over the positions it covers, or, for a

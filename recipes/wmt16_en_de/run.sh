@@ -26,6 +26,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../common.sh"
 RECIPE=wmt16_en_de
 STAGES="teacher skip seqkd extract students evaluate table"
+ROW_DATA='@(original|seqkd:+([A-Za-z0-9_.+-]))'
+ROW_DATA_HELP="original, seqkd:PARENT (a row's name)"
 HELP_LINES=22
 parse_run_options "$@"
 check_prepared_data

@@ -1,0 +1,154 @@
+"""The directories a tool writes: never into its own input, one run at a time, and room first.
+
+``fsd-seqkd`` and ``fsd-cache-teacher`` write a new directory (``--out``) and keep their
+unfinished work beside it. Three rules keep a run from destroying or mixing data:
+
+* :func:`check_output_dir`: the output is neither the input data directory nor inside it (a
+  seq-KD merge would overwrite the original ``train.*.bin`` before failing).
+* :class:`DirectoryLock`: one run per work directory. A second run with other settings would
+  otherwise interleave its files with the first's and report settings its data do not have.
+  The lock file holds the owner's pid and host; a lock whose process is gone (killed, or the
+  machine restarted) is taken over, with a line saying so.
+* :func:`check_free_space`: what a write needs is there before it starts; a full disk
+  mid-write ends a memory-mapped write in SIGBUS, with nothing said.
+"""
+import errno
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+
+from fairseq_distill.errors import DistillError
+
+LOCK_FILE = ".fsd-lock"
+
+
+def check_output_dir(out: str, data: str, option: str = "--out", data_option: str = "--data"):
+    """Refuse an output directory that is the input data directory or lies inside it."""
+    if not out:
+        return
+    real_out, real_data = os.path.realpath(out), os.path.realpath(data)
+    if real_out == real_data:
+        raise DistillError(f"{option} {out} is the data directory ({data_option} {data}): writing there would "
+                           f"overwrite the original data; give a new directory, e.g. {option} "
+                           f"{data.rstrip('/')}-out")
+    if real_out.startswith(real_data + os.sep):
+        raise DistillError(f"{option} {out} lies inside the data directory ({data_option} {data}); give a "
+                           f"directory outside it, e.g. {option} {data.rstrip('/')}-out")
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def read_owner(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def owner_alive(owner: dict) -> bool:
+    """A lock's owner still runs (or runs on another host, which cannot be checked from here)."""
+    pid = owner.get("pid")
+    return isinstance(pid, int) and (owner.get("host") != socket.gethostname() or process_alive(pid))
+
+
+class DirectoryLock:
+    """``with DirectoryLock(directory, "fsd-seqkd"):`` holds ``directory/.fsd-lock`` (created
+    with O_EXCL, holding pid, host and start time) while the body runs. ``part`` (a shard's
+    number) locks that part alone, ``.fsd-lock.PART``: shards made side by side (one per GPU or
+    machine) do not exclude each other, while a run of the whole directory excludes them all."""
+
+    def __init__(self, directory: str, tool: str, part=None):
+        self.directory, self.tool, self.part = directory, tool, part
+        self.path = os.path.join(directory, LOCK_FILE if part is None else f"{LOCK_FILE}.{part}")
+        self.held = False
+
+    def conflicts(self):
+        """The other lock files this one excludes (the whole directory's, or every part's)."""
+        if self.part is not None:
+            return [os.path.join(self.directory, LOCK_FILE)]
+        return [os.path.join(self.directory, f) for f in sorted(os.listdir(self.directory))
+                if f.startswith(LOCK_FILE + ".")]
+
+    def refuse(self, path: str, owner: dict):
+        where = f"pid {owner.get('pid')}" + (f" on {owner.get('host')}" if owner.get("host") != socket.gethostname()
+                                             else "")
+        raise DistillError(
+            f"{self.directory} is in use by {owner.get('tool', 'another run')} ({where}, since "
+            f"{owner.get('started', '?')}): two runs into one directory would mix their files. Wait for it "
+            f"to end, or use another directory; if that run is gone, delete {path}")
+
+    def acquire(self):
+        os.makedirs(self.directory, exist_ok=True)
+        for path in self.conflicts():
+            owner = read_owner(path)
+            if owner_alive(owner):
+                self.refuse(path, owner)
+        for _ in range(2):  # a stale lock is removed once, then taken
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                owner = read_owner(self.path)
+                if owner_alive(owner):
+                    self.refuse(self.path, owner)
+                pid = owner.get("pid")
+                print(f"[{self.tool}] {self.directory}: taking over the lock of a run that is gone "
+                      f"({'pid ' + str(pid) if pid else 'no owner recorded'})", file=sys.stderr)
+                try:
+                    os.remove(self.path)
+                except FileNotFoundError:
+                    pass
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump({"pid": os.getpid(), "host": socket.gethostname(), "tool": self.tool,
+                           "started": time.strftime("%Y-%m-%d %H:%M:%S")}, f)
+            self.held = True
+            return self
+        raise DistillError(f"could not lock {self.directory} (another run took {self.path} meanwhile); "
+                           f"run again")
+
+    def release(self):
+        if self.held:
+            try:
+                os.remove(self.path)
+            except FileNotFoundError:
+                pass
+            self.held = False
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+
+def check_free_space(directory: str, needed: int, what: str):
+    """Refuse to start writing ``needed`` bytes under ``directory`` where the disk has less."""
+    os.makedirs(directory, exist_ok=True)
+    free = shutil.disk_usage(directory).free
+    if needed > free:
+        raise DistillError(f"{what} needs {needed / 1e6:,.1f} MB in {directory}, and its disk has "
+                           f"{free / 1e6:,.1f} MB free: free space there or choose another directory")
+
+
+def no_space_error(exc: BaseException):
+    """A DistillError for an OSError of a full disk (ENOSPC, EDQUOT), naming where; else None."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = os.path.dirname(exc.filename) if isinstance(exc.filename, str) else "the output directory"
+        return DistillError(f"no space left on the disk of {where or '.'} while writing"
+                            f"{' ' + exc.filename if isinstance(exc.filename, str) else ''}: free space there "
+                            f"(or choose another directory) and run the same command again; nothing "
+                            f"unfinished is used")
+    return None

@@ -146,3 +146,52 @@ def test_results_table_prints_each_shape_as_given(tmp_path):
     write_table("wmt16_en_de", str(rows), "30.03", str(tmp_path), str(tmp_path / "results.md"), "48+6", "8")
     text = (tmp_path / "results.md").read_text(encoding="utf-8")
     assert "| teacher | 48+6 | 8 | original |" in text and "| desdar | 48+1 | 8 | original |" in text
+
+
+def test_test_segments_are_paired_by_id_and_damaged_xml_or_archives_refused(tmp_path):
+    """issue 49.5: segments without an id were dropped on each side and the rest paired by
+    count (misaligned, exit 0); both XML sides truncated went unnoticed; a truncated .tgz ended
+    in an EOFError traceback."""
+    name = iwslt14.TEST_SETS[0]
+
+    def archive_with(edit_de=None, edit_en=None):
+        root = tmp_path / f"a{len(os.listdir(tmp_path))}"
+        write_archive(root, as_directory=True)
+        for lang, edit in (("de", edit_de), ("en", edit_en)):
+            if edit:
+                path = root / "de-en" / f"{name}.de-en.{lang}.xml"
+                path.write_text("\n".join(edit(read(path))) + "\n", encoding="utf-8")
+        return root
+
+    def seg_without_id(lines):  # the second segment loses its id
+        first = next(i for i, line in enumerate(lines) if "<seg id" in line)
+        return lines[:first + 1] + [lines[first + 1].replace('<seg id="2">', "<seg>")] + lines[first + 2:]
+
+    line = next(i for i, l in enumerate(read_xml_head()) if "<seg id" in l) + 2  # the second segment's line
+    with pytest.raises(DistillError, match=rf"{name}.de-en.de.xml line {line}: a segment that is not one whole"):
+        iwslt14.prepare(str(archive_with(seg_without_id, seg_without_id)), str(tmp_path / "out"))
+
+    def drop_second(lines):
+        return [l for l in lines if '<seg id="2">' not in l]
+
+    with pytest.raises(DistillError, match=rf"{name}.de-en.de.xml: segment 2 of document 1 has no counterpart in the other side.s file"):
+        iwslt14.prepare(str(archive_with(None, drop_second)), str(tmp_path / "out"))
+
+    def truncate(lines):
+        return lines[:-3]
+
+    with pytest.raises(DistillError, match=rf"{name}.de-en.de.xml ends at line \d+ without </mteval>.*truncated"):
+        iwslt14.prepare(str(archive_with(truncate, truncate)), str(tmp_path / "out"))
+
+    tgz = write_archive(tmp_path / "de-en.tgz")
+    data = open(tgz, "rb").read()
+    with open(tgz, "wb") as f:
+        f.write(data[: len(data) * 2 // 3])
+    with pytest.raises(DistillError, match=r"--archive .*de-en.tgz is damaged \(truncated or corrupt"):
+        iwslt14.prepare(str(tgz), str(tmp_path / "out"))
+
+
+def read_xml_head():
+    from iwslt14_archive import xml_file
+
+    return xml_file(iwslt14.TEST_SETS[0], "de", ["x", "y"])

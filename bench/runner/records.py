@@ -74,7 +74,29 @@ def training_record(plan: Plan, step) -> dict:
         "beam": result["beam"],
         "speed_setup": SPEED_SETUP,
         "cpu": cpu_model(),
+        **gpu_fields(os.path.join(plan.step_dir(step), "step.log")),
     }
+
+
+def gpu_fields(log_path: str) -> dict:
+    """On a GPU: its name, and the training's peak device memory as fairseq's log shows it (the
+    device's total less the least ``gb_free`` a train line reported; fairseq logs it on CUDA)."""
+    import re
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    fields = {"gpu": torch.cuda.get_device_name(0)}
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            free = [float(x) for x in re.findall(r"gb_free[=\s]+([\d.]+)", f.read())]
+    except OSError:
+        free = []
+    if free:
+        total = torch.cuda.get_device_properties(0).total_memory / 2 ** 30
+        fields["peak_gpu_memory_gib"] = round(total - min(free), 2)
+    return fields
 
 
 def seqkd_record(plan: Plan, step, wall_seconds: float) -> dict:

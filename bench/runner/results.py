@@ -51,6 +51,11 @@ def updates_cell(row) -> str:
     return f"{trained} (evaluated: {row['updates']})"
 
 
+def device_memory(row) -> str:
+    peak = row.get("peak_gpu_memory_gib")
+    return "-" if peak is None else f"{peak:.1f} GiB"
+
+
 def markdown_table(rows, runs: Dict[str, str] = None) -> str:
     """``runs``: step name -> run fingerprint of every finished step (default: the rows'), to
     mark rows made from another run of a step than the one listed (e.g. a retrained teacher)."""
@@ -58,6 +63,9 @@ def markdown_table(rows, runs: Dict[str, str] = None) -> str:
         runs = {r["name"]: r.get("run") for r in rows}
     head = ("| run | shape (enc+dec, d, ffn) | params | KD | data | epochs | updates | train time | "
             "BLEU | tokens/s |\n|---|---|---|---|---|---|---|---|---|---|")
+    gpu = any(r.get("gpu") for r in rows)  # rows trained on a GPU name it and their peak memory
+    if gpu:
+        head = head.replace(" tokens/s |\n", " tokens/s | device, peak memory |\n") + "---|"
     lines, stale = [head], []
     # wall times of rows trained under an older speed set-up are marked, when the table mixes them
     mixed = len({bool(r.get("speed_setup")) for r in rows}) > 1
@@ -83,6 +91,7 @@ def markdown_table(rows, runs: Dict[str, str] = None) -> str:
             f"{s['encoder-ffn-embed-dim']} | {r['parameters'] / 1e6:.2f}M | {kd} | {r['data']} | "
             f"{r['epochs']} | {updates_cell(r)} | {r['train_seconds'] / 60:.1f} min{mark} | "
             f"{r['bleu']:.2f} | {'-' if r.get('tokens_per_second') is None else format(r['tokens_per_second'], '.0f')} |"
+            + (f" {r.get('gpu') or 'CPU'}, {device_memory(r)} |" if gpu else "")
         )
     if any(updates_cell(r) != str(r["updates"]) for r in rows):
         lines.append("\nEpochs and updates are the run's; in brackets, the evaluated checkpoint's update "

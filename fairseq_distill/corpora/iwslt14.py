@@ -16,6 +16,7 @@ reference for sacreBLEU.
 import os
 import re
 import tarfile
+import zlib
 from typing import Dict, List, Tuple
 
 from fairseq_distill.corpora.moses import clean_pairs, lowercase, tokenize
@@ -29,6 +30,10 @@ TEST = "{name}.de-en.{lang}.xml"
 DROPPED_TAGS = ("<url>", "<talkid>", "<keywords>")
 KEPT_TAGS = re.compile(r"</?(title|description)>")
 SEGMENT_OPEN, SEGMENT_CLOSE = re.compile(r'<seg id="[0-9]*">\s*'), re.compile(r"\s*</seg>\s*")
+# a segment line as the XML files write them, one per line; its id counts within its <doc>
+SEGMENT_LINE = re.compile(r'^\s*<seg id="([0-9]+)">.*</seg>\s*$')
+DOC_OPEN = re.compile(r'<doc\b[^>]*?(?:docid="([^"]*)")?[^>]*>')
+DAMAGED = (tarfile.TarError, EOFError, OSError, zlib.error)
 CLEAN = {"min_tokens": 1, "max_tokens": 175, "ratio": 1.5}
 VALID_EVERY = 23
 
@@ -42,8 +47,11 @@ class Archive:
             self.files = {name: os.path.join(root, name) for root, _, names in os.walk(path) for name in names}
             self.tar = None
         elif os.path.isfile(path) and tarfile.is_tarfile(path):
-            self.tar = tarfile.open(path)
-            self.files = {os.path.basename(m.name): m for m in self.tar.getmembers() if m.isfile()}
+            try:
+                self.tar = tarfile.open(path)
+                self.files = {os.path.basename(m.name): m for m in self.tar.getmembers() if m.isfile()}
+            except DAMAGED as e:
+                raise self.damaged(e) from e
         else:
             raise DistillError(f"--archive {path}: neither a directory nor a tar archive (de-en.tgz)")
 
@@ -56,12 +64,19 @@ class Archive:
             with open(member, "rb") as f:
                 data = f.read()
         else:
-            data = self.tar.extractfile(member).read()
+            try:
+                data = self.tar.extractfile(member).read()
+            except DAMAGED as e:
+                raise self.damaged(e) from e
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise DistillError(f"{self.path}: {name} is not UTF-8 ({e})") from e
         return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+
+    def damaged(self, error) -> DistillError:
+        return DistillError(f"--archive {self.path} is damaged (truncated or corrupt: {error or type(error).__name__}); "
+                            f"download it again")
 
 
 def training_lines(lines: List[str]) -> List[str]:
@@ -73,6 +88,50 @@ def segments(lines: List[str]) -> List[str]:
     """The ``<seg>`` text of a TED XML file: every line with a ``<seg id`` tag, the tags removed."""
     return [SEGMENT_CLOSE.sub("", SEGMENT_OPEN.sub("", line)).replace("\u2019", "'")
             for line in lines if "<seg id" in line]
+
+
+def keyed_segments(lines: List[str], name: str) -> Dict[Tuple[str, str], str]:
+    """A TED XML file's segments by (document, segment id), in file order, the text as
+    :func:`segments` gives it (the protocol's). Refused, naming the file and line: a ``<seg`` that
+    is not one whole ``<seg id="N">…</seg>`` line, an id twice in a document, and a file that does
+    not end with ``</mteval>`` (truncated)."""
+    found: Dict[Tuple[str, str], str] = {}
+    doc = "0"
+    for number, line in enumerate(lines, 1):
+        opened = DOC_OPEN.search(line)
+        if opened:
+            doc = opened.group(1) or str(int(doc) + 1 if doc.isdigit() else doc + "+")
+        if "<seg" not in line:
+            continue
+        match = SEGMENT_LINE.match(line)
+        if not match:
+            raise DistillError(f"{name} line {number}: a segment that is not one whole <seg id=\"N\">…</seg> line "
+                               f"({line.strip()[:60]!r}); the archive is damaged or not IWSLT'14's")
+        key = (doc, match.group(1))
+        if key in found:
+            raise DistillError(f"{name} line {number}: segment id {key[1]} appears twice in document {doc}")
+        found[key] = segments([line])[0]
+    last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    if last != "</mteval>":
+        raise DistillError(f"{name} ends at line {len(lines)} without </mteval> (its last line: {last[:60]!r}): "
+                           f"the file is truncated; download the archive again")
+    return found
+
+
+def paired_segments(archive, name: str) -> Dict[str, List[str]]:
+    """Both sides of one TED XML set, paired by document and segment id, in the German file's
+    order; a segment on one side only is refused, naming it."""
+    sides = {lang: keyed_segments(archive.read_lines(TEST.format(name=name, lang=lang)), TEST.format(name=name, lang=lang))
+             for lang in (SRC, TGT)}
+    only = {lang: [k for k in sides[lang] if k not in sides[other]] for lang, other in ((SRC, TGT), (TGT, SRC))}
+    for lang, keys in only.items():
+        if keys:
+            doc, seg = keys[0]
+            raise DistillError(f"{TEST.format(name=name, lang=lang)}: segment {seg} of document {doc} has no "
+                               f"counterpart in the other side's file ({len(keys)} such segment(s)); the archive "
+                               f"is damaged or not IWSLT'14's")
+    order = list(sides[SRC])
+    return {lang: [sides[lang][k] for k in order] for lang in (SRC, TGT)}
 
 
 def same_count(what: str, counts: Dict[str, int]):
@@ -107,15 +166,14 @@ def prepare(archive_path: str, out: str, report=print) -> Dict[str, Dict[str, in
         target[0].append(pair[0])
         target[1].append(pair[1])
     test: Dict[str, Tuple[List[str], List[str]]] = {}
-    for lang in (SRC, TGT):
-        orig = []
-        for name in TEST_SETS:
-            found = segments(archive.read_lines(TEST.format(name=name, lang=lang)))
-            counts.setdefault(name, {})[lang] = len(found)
-            orig += found
-        test[lang] = (orig, lowercase(tokenize(orig, lang)))
+    orig: Dict[str, List[str]] = {SRC: [], TGT: []}
     for name in TEST_SETS:
-        same_count(name, counts[name])
+        paired = paired_segments(archive, name)
+        for lang in (SRC, TGT):
+            counts.setdefault(name, {})[lang] = len(paired[lang])
+            orig[lang] += paired[lang]
+    for lang in (SRC, TGT):
+        test[lang] = (orig[lang], lowercase(tokenize(orig[lang], lang)))
     os.makedirs(out, exist_ok=True)
     files = {"train": dict(zip((SRC, TGT), splits["train"])), "valid": dict(zip((SRC, TGT), splits["valid"])),
              "test": {lang: test[lang][1] for lang in (SRC, TGT)},

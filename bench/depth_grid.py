@@ -22,6 +22,7 @@ from fairseq_distill.evaluation.scoring import markdown, paired_significance  # 
 from fairseq_distill.text.files import read_lines  # noqa: E402
 from bench.runner.config import evaluation_settings  # noqa: E402
 from bench.runner.execute import finished_recipe  # noqa: E402
+from bench.runner.portable import portable  # noqa: E402
 from analysis import is_current, made_from  # noqa: E402
 
 
@@ -133,7 +134,7 @@ def main(argv=None):
     if summary["significance"]:
         sections.append(significance_markdown(summary["significance"]))
     with open(stem + ".json", "w") as f:
-        json.dump(summary, f, indent=2)
+        json.dump(portable(summary, [recipe.workdir, REPO]), f, indent=2)
     with open(stem + ".md", "w") as f:
         f.write(f"# {recipe.name}: BLEU and speed by depth (test set, beam {args.beam})\n\n" + "\n".join(sections))
     print("\n".join(sections))

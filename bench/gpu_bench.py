@@ -448,8 +448,10 @@ def write_outputs(result: dict, out_dir: str):
     add_ratios(result)
     os.makedirs(out_dir, exist_ok=True)
     stem = result.get("stem", "gpu_bench")
+    from bench.runner.portable import portable
+
     with open(os.path.join(out_dir, f"{stem}.json"), "w") as f:
-        json.dump(result, f, indent=2)
+        json.dump(portable(result, [REPO]), f, indent=2)
     try:
         text = render_markdown(result)
     except Exception as e:  # the JSON above holds the numbers; say why the table is missing

@@ -91,7 +91,7 @@ def device_line() -> str:
 def run(config: str, workdir: str, out: str, reuse, budget: float, only=None) -> dict:
     """Each step of the recipe in order, until the budget would be passed; returns what was done
     and what is left."""
-    from bench.runner.config import load_checked
+    from bench.runner.schema import load_checked
     from bench.runner.execute import Runner
 
     started = time.time()

@@ -234,3 +234,31 @@ def test_summary_plot_has_one_panel_per_recipe_and_labels_its_pareto_front():
     assert {k: [r["run"] for r in v] for k, v in grouped.items()} == {
         "r1": ["a"], "r2": ["x"], "CTranslate2 exports (ct2)": ["ct2"]}
     assert list(grouped)[-1].startswith("CTranslate2")  # the deployment panel comes last
+
+
+def test_committed_results_hold_no_machine_paths():
+    """issue 49: results named the work dir of the machine that ran them (/work/benchwork/...);
+    they are committed and read elsewhere, so paths are relative to the work dir."""
+    import glob
+    import re
+
+    absolute = re.compile(r"(?<![\w.<>$/-])/(?:tmp|root|work|home|usr|opt|mnt|var|data|scratch)/")
+    for path in sorted(glob.glob(os.path.join(REPO, "bench", "results", "**", "*"), recursive=True)):
+        if not os.path.isfile(path) or path.endswith((".png", ".txt")):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, 1):
+                assert not absolute.search(line), f"{os.path.relpath(path, REPO)} line {number}: {line.strip()[:120]}"
+
+
+def test_portable_paths():
+    from bench.runner.portable import portable
+
+    work = "/scratch/me/work/papers"
+    obj = {"checkpoint": f"{work}/runs/t-1/model.pt", "old": "/work/benchwork/papers/runs/s-2/model.pt",
+           "data_bin": "/elsewhere/x/data/multi30k-5c/bin", "tool": "/usr/bin/perl", "bleu": 31.0,
+           "list": ["/tmp/gc", "relative/path"], "text": "a /tmp/x inside a sentence stays"}
+    assert portable(obj, [work]) == {
+        "checkpoint": "runs/t-1/model.pt", "old": "runs/s-2/model.pt", "data_bin": "data/multi30k-5c/bin",
+        "tool": "<elsewhere>/perl", "bleu": 31.0, "list": ["<elsewhere>/gc", "relative/path"],
+        "text": "a /tmp/x inside a sentence stays"}

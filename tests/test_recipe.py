@@ -463,7 +463,7 @@ DEMO_KEYS = {"teacher": "dda9ff0456", "seqkd-data": "aae9b508d2", "student": "a5
 def test_cache_keys_recognise_the_committed_results_and_existing_work_dirs():
     """Every row of the committed results is found again by its recipe's step key: a change
     of how keys are computed would make the runner retrain (and not reuse) all of them."""
-    from bench.runner.config import load_checked
+    from bench.runner.schema import load_checked
     from bench.runner.plan import Plan
 
     checked = 0
@@ -653,7 +653,7 @@ def step_named(cfg, name):
      r"steps depend on each other in a cycle: teacher -> student-wordkd -> teacher"),
 ])
 def test_a_misspelled_or_dangling_recipe_key_is_named_when_the_recipe_loads(tmp_path, edit, message):
-    from bench.runner.config import load_checked
+    from bench.runner.schema import load_checked
     from fairseq_distill.errors import DistillError
 
     with pytest.raises(DistillError, match=message):
@@ -661,7 +661,7 @@ def test_a_misspelled_or_dangling_recipe_key_is_named_when_the_recipe_loads(tmp_
 
 
 def test_steps_may_come_before_the_steps_they_use(tmp_path):
-    from bench.runner.config import load_checked
+    from bench.runner.schema import load_checked
     from bench.runner.plan import Plan
 
     def move_teacher_last(cfg):
@@ -675,7 +675,7 @@ def test_steps_may_come_before_the_steps_they_use(tmp_path):
 
 
 def test_train_flags_are_checked_against_fairseq_train_before_anything_runs(tmp_path):
-    from bench.runner.config import load_checked
+    from bench.runner.schema import load_checked
     from bench.runner.plan import Plan
     from bench.runner.schema import check_train_flags
     from fairseq_distill.errors import DistillError
@@ -702,7 +702,7 @@ def test_train_flags_are_checked_against_fairseq_train_before_anything_runs(tmp_
 # -- several seeds (issue 31) -------------------------------------------------------------------
 
 def test_a_step_with_seeds_runs_once_per_seed_and_keeps_its_own_key_for_the_recipe_seed(tmp_path):
-    from bench.runner.config import load_checked
+    from bench.runner.schema import load_checked
     from bench.runner.plan import Plan
     from fairseq_distill.errors import DistillError
 
@@ -839,7 +839,7 @@ def test_seeds_made_from_another_teacher_run_or_cpu_are_named_and_unshared_pairs
 
 
 def test_a_value_fairseq_train_refuses_is_named_before_anything_runs(tmp_path):
-    from bench.runner.config import load_checked
+    from bench.runner.schema import load_checked
     from bench.runner.plan import Plan
     from bench.runner.schema import check_train_flags
     from fairseq_distill.errors import DistillError
@@ -876,7 +876,7 @@ def test_an_external_seqkd_step_exports_the_teacher_and_teaches_it_as_a_pretrain
     """configs/external_teacher.yaml (issue 35's measurement): ``external: true`` exports the
     teacher with fsd-export-ctranslate2 and passes the export to --teacher-ctranslate2; the
     other seq-KD step is the ctranslate2 backend on the checkpoint, with the same options."""
-    from bench.runner.config import load_checked
+    from bench.runner.schema import load_checked
     from bench.runner.plan import Plan
 
     plan = Plan(load_checked(os.path.join(REPO, "configs", "external_teacher.yaml")),

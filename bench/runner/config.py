@@ -65,21 +65,6 @@ def load_recipe(path: str) -> dict:
     return cfg
 
 
-def load_checked(path: str) -> dict:
-    """:func:`load_recipe`, with the checks every use of a recipe needs."""
-    from .schema import check_recipe, check_tool_options
-
-    cfg = load_recipe(path)
-    names = [s.get("name") for s in cfg.get("steps") or []]
-    if len(set(names)) != len(names):
-        raise DistillError(f"{path}: step names must be unique, got {names}")
-    cfg["steps"] = check_recipe(cfg, path)
-    check_tool_options(cfg, path)
-    evaluated_checkpoint(cfg, path)
-    compared_baselines(cfg.get("compare"), cfg["steps"])
-    return cfg
-
-
 def recipe_name(cfg: dict, path: str) -> str:
     return cfg.get("name") or os.path.splitext(os.path.basename(path))[0]
 

@@ -17,7 +17,8 @@ from typing import Dict, List, Optional
 
 from fairseq_distill.quiet import SHOW_ENV
 
-from .config import dependencies, load_checked
+from .config import dependencies
+from .schema import load_checked
 from .host import HEAP_MALLOC
 from .plan import REPO, Plan
 from .progress import CountProgress, Terminal, TrainingProgress, duration

@@ -15,6 +15,7 @@ from .config import compared_baselines, dependencies
 from .host import SPEED_SETUP
 from .paired_tests import paired_tests
 from .plan import REPO
+from .portable import portable
 from .seeds import seed_groups, seeds_markdown, seeds_summary
 
 CHECKPOINT_MEANING = {"best": "checkpoint of lowest validation loss (checkpoint_best.pt)",
@@ -189,6 +190,8 @@ def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, d
         return table
     os.makedirs(results_dir, exist_ok=True)
     keep_test_outputs(results_dir, name, meta["rows"], done)
+    # paths relative to the work dir (or the repository), never this machine's
+    meta = portable(meta, ([os.path.dirname(os.path.abspath(keep_dir))] if keep_dir else []) + [REPO])
     with open(os.path.join(results_dir, f"{name}.json"), "w") as f:
         json.dump(meta, f, indent=2)
     with open(os.path.join(results_dir, f"{name}.md"), "w") as f:

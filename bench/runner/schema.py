@@ -13,7 +13,8 @@ from typing import Iterable, List, Set
 
 from fairseq_distill.errors import DistillError
 
-from .config import dependencies
+from .config import compared_baselines, dependencies, evaluated_checkpoint, load_recipe
+from .plan import flags
 
 RECIPE_KEYS = ("name", "seed", "data", "train", "models", "eval", "compare", "steps")
 STEP_KEYS = ("name", "model", "teacher", "criterion", "criterion-args", "train", "data", "seqkd", "cache",
@@ -155,8 +156,6 @@ def check_train_flags(plan) -> None:
     does not know, with the closest one it does, before anything runs."""
     from fairseq import options
 
-    from .plan import flags
-
     for step in plan.steps:
         if "model" not in step:
             continue
@@ -180,3 +179,16 @@ def check_train_flags(plan) -> None:
         raise DistillError(f"{plan.path}: step '{step['name']}': {flag} is not a fairseq-train option "
                            f"(with the plugin and criterion {train.get('criterion')})"
                            f"{f'; did you mean {close[0]}?' if close else ''}")
+
+
+def load_checked(path: str) -> dict:
+    """:func:`load_recipe`, with the checks every use of a recipe needs."""
+    cfg = load_recipe(path)
+    names = [s.get("name") for s in cfg.get("steps") or []]
+    if len(set(names)) != len(names):
+        raise DistillError(f"{path}: step names must be unique, got {names}")
+    cfg["steps"] = check_recipe(cfg, path)
+    check_tool_options(cfg, path)
+    evaluated_checkpoint(cfg, path)
+    compared_baselines(cfg.get("compare"), cfg["steps"])
+    return cfg

@@ -87,12 +87,11 @@ def shard_path(work, shard_id, num_shards):
 
 
 def check_options(args: SeqKDJob):
-    """Refuse bad options before anything runs, naming what is valid."""
+    """Refuse bad options before anything runs, naming what is valid (those of an external
+    teacher: :func:`fairseq_distill.seqkd.external.check_external_options`, which the job calls
+    next; this module does not import that one, which imports it)."""
     if args.backend not in BACKENDS:
         raise DistillError(f"unknown --backend '{args.backend}'; choose one of {', '.join(BACKENDS)}")
-    from fairseq_distill.seqkd.external import check_external_options
-
-    check_external_options(args)
     for flag, value in (("--compute-type", args.compute_type), ("--threads", args.threads),
                         ("--inter-threads", args.inter_threads)):
         if value is not None and args.backend != "ctranslate2" and not args.teacher_ctranslate2:

@@ -124,6 +124,9 @@ def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
     """Generate the shards ``args`` asks for and, when all exist, merge them into ``args.out``;
     returns the merge's summary (None after one shard of many)."""
     check_options(args)
+    from fairseq_distill.seqkd.external import check_external_options
+
+    check_external_options(args)
     if not os.path.isdir(args.data):
         raise DistillError(f"data directory not found: '{args.data}'")
     check_output_dir(args.out, args.data)

@@ -195,3 +195,23 @@ def read_xml_head():
     from iwslt14_archive import xml_file
 
     return xml_file(iwslt14.TEST_SETS[0], "de", ["x", "y"])
+
+
+def test_the_moses_steps_equal_the_perl_scripts_on_an_adversarial_sample():
+    """issue 49: parity with fairseq's prepare-iwslt14.sh, which runs the current Moses perl
+    scripts: the sentence-final dot (split off any last word since late 2018, sacremoses keeps
+    `I.`, `5.`, `U.S.`), clean-corpus-n's 1,000-character words, control characters and
+    word-final capital sigma. The expected files are the scripts' own output
+    (tests/fixtures/moses_parity/README.md)."""
+    fixtures = os.path.join(os.path.dirname(__file__), "fixtures", "moses_parity")
+
+    def lines(name):
+        with open(os.path.join(fixtures, name), encoding="utf-8") as f:
+            return f.read().split("\n")[:-1]
+
+    for lang in ("de", "en"):
+        assert lowercase(tokenize(lines(f"test.{lang}"), lang)) == lines(f"expected.test.{lang}")
+    tokenized = {lang: tokenize(lines(f"train.{lang}"), lang) for lang in ("de", "en")}
+    _, de, en = clean_pairs(tokenized["de"], tokenized["en"], **iwslt14.CLEAN)
+    assert lowercase(de) == lines("expected.train.de") and lowercase(en) == lines("expected.train.en")
+    assert "so am i ." in lines("expected.test.en") and len(en) == 20  # 23 pairs, 3 dropped

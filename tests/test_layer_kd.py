@@ -532,3 +532,33 @@ def test_encoder_layer_loss_sums_source_positions_and_shares_the_target_token_de
     # fairseq divides this sum by sample_size (n_target): λ·Σ_source counts per target token
     expected = (0.2 * logs["ce_loss"] + 0.1 * logs["word_kd_loss"] + 0.7 * by_hand)
     assert loss.item() == pytest.approx(expected.item(), rel=1e-4)
+
+
+def test_ckd_without_flags_computes_what_the_released_form_rows_measured(tiny_data, deep_teacher):
+    """configs/papers.yaml measured ckd's released form as `--ckd-combination rc --ckd-form
+    released` before it became the default: `--criterion ckd` alone builds the same term (map,
+    normalisation, reduction, projection side and parameter shapes) and, from the same initial
+    parameters, the same loss on a batch."""
+    from helpers import transformer_flags
+
+    def criterion(*flags):
+        cfg, task, model = build(tiny_data, "--task", "translation_distill", "--teacher-path", deep_teacher, *flags,
+                                 criterion="ckd", model=transformer_flags(1, 1, 24, 48))
+        torch.manual_seed(0)
+        return task, model, task.build_criterion(cfg.criterion)
+
+    task, model, default = criterion()
+    _, _, pinned = criterion("--ckd-combination", "rc", "--ckd-form", "released")
+    a, b = default.terms["ckd"], pinned.terms["ckd"]
+    assert (a.normalize, a.reduction, a.project, a.pairs, a.loss_form()) == \
+        (b.normalize, b.reduction, b.project, b.pairs, b.loss_form())
+    assert {k: v.shape for k, v in default.state_dict().items() if torch.is_tensor(v)} == \
+        {k: v.shape for k, v in pinned.state_dict().items() if torch.is_tensor(v)}
+    assert all(torch.equal(x, y) for x, y in zip(default.parameters(), pinned.parameters()))
+    model.train()  # the terms run in training only (dropout is 0 in these tests)
+    sample = first_batch(task)
+    with torch.no_grad():
+        loss_a, _, logs_a = default(model, sample)
+        loss_b, _, logs_b = pinned(model, sample)
+    assert logs_a["ckd_loss"].item() > 0 and logs_a["ckd_loss"].item() == logs_b["ckd_loss"].item()
+    assert loss_a.item() == loss_b.item()

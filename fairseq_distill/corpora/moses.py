@@ -1,7 +1,20 @@
 """The Moses steps of the standard NMT preprocessing protocols, in Python: tokenisation
 (``tokenizer.perl -l LANG``, with its XML escaping of ``&<>'"|[]``), lowercasing
 (``lowercase.perl``) and the training-pair filter of ``clean-corpus-n.perl``, through
-sacremoses (no perl checkout needed)."""
+sacremoses (no perl checkout needed).
+
+Where sacremoses differs from the current Moses scripts (those fairseq's ``prepare-iwslt14.sh``
+clones), this module follows the scripts: ``tokenizer.perl`` (since late 2018) splits the dot
+off a sentence's last word whatever it is (``So am I.`` → ``So am I .``, ``the U.S.`` → ``the
+U.S .``), which sacremoses keeps whole after a non-breaking prefix, a number or an abbreviation;
+``clean-corpus-n.perl`` drops a pair with a word of more than 1,000 characters;
+``tokenizer.perl`` deletes the control characters U+0000–U+001F that are not whitespace to Perl
+(U+001C–U+001F among them, which Python's regular expressions and sacremoses take for spaces);
+``lowercase.perl``'s ``lc`` lowercases character by character, so a word-final capital sigma
+becomes σ, where ``str.lower`` writes ς. All are pinned against the perl scripts' own output on
+an adversarial sample (``tests/fixtures/moses_parity``).
+"""
+import re
 from typing import Iterable, List, Sequence, Tuple
 
 from fairseq_distill.errors import DistillError
@@ -27,19 +40,39 @@ def tokenize(lines: Iterable[str], lang: str) -> List[str]:
     """``tokenizer.perl -l LANG``: default (not aggressive) hyphen handling, special characters
     escaped as XML entities, as the protocols' data has them."""
     moses = tokenizer(lang)
-    return [moses.tokenize(line, escape=True, return_str=True) for line in lines]
+    return [split_final_dot(moses.tokenize(CONTROL.sub("", line), escape=True, return_str=True)) for line in lines]
+
+
+# the C0 control characters tokenizer.perl deletes: all but those Perl's \s takes for spaces
+# (tab, newline, vertical tab, form feed, carriage return), which become spaces
+CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f]")
+
+
+FINAL_WORD_WITH_DOT = re.compile(r"^(.*?)(\S*[^.\s])\.$")
+
+
+def split_final_dot(line: str) -> str:
+    """``tokenizer.perl``'s rule for a sentence's last word: a word ending in one dot is split
+    from it, whether or not it is a non-breaking prefix (runs of dots, ``...``, stay whole)."""
+    match = FINAL_WORD_WITH_DOT.match(line)
+    if not match:
+        return line
+    return f"{match.group(1)}{match.group(2)} ."
 
 
 def lowercase(lines: Iterable[str]) -> List[str]:
-    """``lowercase.perl``: Perl's ``lc``, which is Python's ``str.lower`` on Unicode text."""
-    return [line.lower() for line in lines]
+    """``lowercase.perl``: Perl's ``lc``, character by character (``str.lower`` would turn a
+    word-final capital sigma into ς, context-sensitively; ``lc`` gives σ)."""
+    return ["".join(c.lower() for c in line) for line in lines]
 
 
 def clean_pairs(src: Sequence[str], tgt: Sequence[str], min_tokens: int, max_tokens: int,
-                ratio: float) -> Tuple[List[int], List[str], List[str]]:
+                ratio: float, max_word_length: int = 1000) -> Tuple[List[int], List[str], List[str]]:
     """``clean-corpus-n.perl -ratio R ... MIN MAX``: whitespace collapsed, and a pair dropped
     when a side has fewer than ``min_tokens`` or more than ``max_tokens`` tokens, or one side is
-    more than ``ratio`` times as long as the other. Returns the kept indices and both sides."""
+    more than ``ratio`` times as long as the other, or a side has a word of more than
+    ``max_word_length`` characters (the script's fixed 1,000). Returns the kept indices and both
+    sides."""
     if min_tokens < 1:
         raise DistillError(f"a cleaned pair needs at least one token a side, got a minimum of {min_tokens}")
     if len(src) != len(tgt):
@@ -51,6 +84,8 @@ def clean_pairs(src: Sequence[str], tgt: Sequence[str], min_tokens: int, max_tok
         if not (min_tokens <= ns <= max_tokens and min_tokens <= nt <= max_tokens):
             continue
         if ns / nt > ratio or nt / ns > ratio:
+            continue
+        if any(len(w) > max_word_length for w in s_tokens) or any(len(w) > max_word_length for w in t_tokens):
             continue
         kept.append(i)
         out_src.append(" ".join(s_tokens))

@@ -242,3 +242,27 @@ def test_translate_names_invalid_utf8_and_can_replace_it(tiny_data, exported, tm
     out = run_bytes([TRANSLATE, *source, "--beam", "1", "--quiet", "--errors", "replace", "--input", str(bad)],
                     b"").stdout.decode("utf-8")
     assert out.endswith("\n") and len(out.split("\n")) == 4
+
+
+def test_blank_test_lines_are_kept_in_place_when_asked(tmp_path):
+    """issue 49 (parity with prepare-iwslt14.sh): the official protocol keeps an empty or blank
+    test segment as an empty line, and the recipe's second stage refused it. With
+    --keep-blank-test-lines the test set keeps such lines, aligned, as empty sentences (the
+    training and validation sets still refuse them)."""
+    raw = write_corpus(tmp_path / "raw")
+    de = (raw / "test.de").read_text(encoding="utf-8").split("\n")[:-1]
+    en = (raw / "test.en").read_text(encoding="utf-8").split("\n")[:-1]
+    de[1], en[1], en[3] = "   ", "", "\u200b"  # line 2 blank on both sides, line 4 on one
+    write_side(raw / "test.de", de)
+    write_side(raw / "test.en", en)
+    assert_clean_error(prepare(raw, tmp_path / "refused", check=False), "test.de has 1 blank line(s)",
+                       "pass --keep-blank-test-lines")
+    out = tmp_path / "kept"
+    printed = prepare(raw, out, "--keep-blank-test-lines").stdout
+    assert "test: kept 2 blank line(s) in place, as empty sentences (lines 2, 4" in printed
+    assert binarized_sizes(out / "bin", "test") == [5, 5]
+    assert (out / "bin" / "raw" / "test.en").read_text(encoding="utf-8").split("\n")[:-1] == \
+        [en[0], "", en[2], "", en[4]]
+    assert (out / "bin" / "raw" / "test.de").read_text(encoding="utf-8").split("\n")[1] == ""
+    meta = json.load(open(out / "bin" / "fairseq_distill.json"))
+    assert meta["blank_test_lines"] == {"test": [2, 4]}

@@ -32,6 +32,10 @@ def build_parser():
                    help="training pairs with a side of more subword tokens are removed, counted and listed "
                         "(default %(default)s: with </s>, the 1024 positions of fairseq's Transformers); "
                         "an evaluation set with such a line is refused")
+    p.add_argument("--keep-blank-test-lines", action="store_true",
+                   help="keep a test set's blank lines (or lines the subword model empties) in place, aligned, as "
+                        "empty sentences, instead of refusing them: an official protocol may keep them (fairseq's "
+                        "prepare-iwslt14.sh does); each is scored as the empty reference of its line")
     p.add_argument("--force", action="store_true",
                    help="prepare again even if OUT was prepared before (by default OUT is reused if it "
                         "was made from the same inputs and options, and refused if not)")

@@ -79,8 +79,9 @@ def over_long_pairs(src_pieces, tgt_pieces, max_length):
     return keep, long_lines
 
 
-def load_split(src_path, tgt_path, split, errors="strict"):
-    """Read one split and check it: aligned line counts, not empty, no blank lines.
+def load_split(src_path, tgt_path, split, errors="strict", keep_blank=False):
+    """Read one split and check it: aligned line counts, not empty, no blank lines (with
+    ``keep_blank``, blank lines stay in place as empty lines).
     Lines end at \\n only, as ``wc -l`` counts them (see :mod:`fairseq_distill.text.files`)."""
     src_lines, tgt_lines = read_lines(src_path, errors, warn), read_lines(tgt_path, errors, warn)
     if len(src_lines) != len(tgt_lines):
@@ -90,6 +91,9 @@ def load_split(src_path, tgt_path, split, errors="strict"):
         )
     if not src_lines:
         raise DistillError(f"empty corpus: {src_path} and {tgt_path} have no lines")
+    if keep_blank:
+        return tuple([("" if i + 1 in blank else line) for i, line in enumerate(lines)]
+                     for lines, blank in ((lines, set(blank_line_numbers(lines))) for lines in (src_lines, tgt_lines)))
     for side_path, lines in ((src_path, src_lines), (tgt_path, tgt_lines)):
         blank = blank_line_numbers(lines)
         if blank:
@@ -97,6 +101,8 @@ def load_split(src_path, tgt_path, split, errors="strict"):
                 f"{side_path} has {len(blank)} blank line(s) or line(s) empty after normalisation "
                 f"(first at line {blank[0]}: {lines[blank[0] - 1]!r}; only whitespace, control or "
                 f"zero-width characters); remove those sentence pairs from both sides first"
+                + ("; or, where an official protocol keeps them in a test set, pass --keep-blank-test-lines"
+                   if split.startswith("test") else "")
             )
     return src_lines, tgt_lines
 
@@ -292,7 +298,9 @@ def prepare(args):
     options = {"source_lang": src, "target_lang": tgt, "bpe": args.bpe, "vocab_size": args.vocab_size,
                "spm_model_type": args.spm_model_type if args.bpe == "sentencepiece" else None,
                "errors": errors, "splits": [name for name, _ in splits],
-               "max_length": getattr(args, "max_length", DEFAULT_MAX_LENGTH)}
+               "max_length": getattr(args, "max_length", DEFAULT_MAX_LENGTH),
+               **({"keep_blank_test_lines": True} if getattr(args, "keep_blank_test_lines", False) else {})}
+    keep_blank = set(test_names) if getattr(args, "keep_blank_test_lines", False) else set()
     inputs = {name: {lang: find_side(prefix, lang) for lang in (src, tgt)} for name, prefix in splits}
 
     meta_path = os.path.join(args.out, "bin", META_FILE)
@@ -304,7 +312,7 @@ def prepare(args):
     made_from = {"options": options, "inputs": {}}
     data = {}
     for name, prefix in splits:
-        data[name] = load_split(inputs[name][src], inputs[name][tgt], name, errors)
+        data[name] = load_split(inputs[name][src], inputs[name][tgt], name, errors, name in keep_blank)
         made_from["inputs"][name] = {lang: describe_input(inputs[name][lang]) for lang in (src, tgt)}
         print(f"[prepare] {name}: {len(data[name][0]):,} sentence pairs from {prefix}")
 
@@ -330,13 +338,17 @@ def prepare(args):
     print(f"[prepare] learned a joint {args.bpe} model (size {args.vocab_size})")
 
     max_length = getattr(args, "max_length", DEFAULT_MAX_LENGTH)
-    removed = {}
+    removed, blank_kept = {}, {}
     for name, (src_lines, tgt_lines) in list(data.items()):
         pieces = {}
         for lang, lines in ((src, src_lines), (tgt, tgt_lines)):
             pieces[lang] = encode(lines)
             # a line the subword model's own normalisation empties would binarize as </s> alone
             empty = [i + 1 for i, p in enumerate(pieces[lang]) if not p.strip()]
+            if empty and name in keep_blank:
+                pieces[lang] = [p if p.strip() else "" for p in pieces[lang]]
+                blank_kept[name] = sorted(set(blank_kept.get(name, [])) | set(empty))
+                continue
             if empty:
                 raise DistillError(
                     f"{inputs[name][lang]} has {len(empty)} line(s) empty after normalisation by the "
@@ -365,6 +377,9 @@ def prepare(args):
             per_sentence = sum(len(p.split()) for p in pieces[src]) / max(len(pieces[src]), 1)
     print(f"[prepare] segmented every split into {tok_dir} (train: {per_sentence:.1f} {src} subword "
           f"tokens per sentence)")
+    for name, lines in blank_kept.items():
+        print(f"[prepare] {name}: kept {len(lines):,} blank line(s) in place, as empty sentences (lines "
+              f"{first_few(lines)}; --keep-blank-test-lines): each is scored as its line's empty reference")
 
     log_path = os.path.join(args.out, "preprocess.log")
     fairseq_preprocess(src, tgt, tok_dir, bin_dir, test_names, args.workers, log_path)
@@ -388,6 +403,7 @@ def prepare(args):
         "raw": {name: {lang: f"raw/{name}.{lang}" for lang in (src, tgt)} for name in ["valid"] + test_names},
         "sizes": sizes,
         "removed_over_long": removed,  # 1-based input line numbers of the pairs left out
+        "blank_test_lines": blank_kept,  # 1-based lines kept as empty sentences (--keep-blank-test-lines)
         "made_from": made_from,
     }
     with open(meta_path, "w", encoding="utf-8") as f:

@@ -24,4 +24,4 @@ ARCHIVES=("de-en.tgz http://dl.fbaipublicfiles.com/fairseq/data/iwslt14/de-en.tg
 parse_prepare_options "$@"
 fetch_archives
 check_archives
-prepare_text_and_data de en --bpe subword_nmt --vocab-size "$VOCAB"
+prepare_text_and_data de en --bpe subword_nmt --vocab-size "$VOCAB" --keep-blank-test-lines

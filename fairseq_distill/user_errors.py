@@ -23,11 +23,22 @@ from fairseq_distill.errors import OTHER_DISTILL_OPTIONS, DistillError
 OPTIMIZER_GROUP_MISMATCH = "doesn't match the size of optimizer's group"
 
 
+# fairseq's own check when a run resumes with another criterion class (say word_kd's checkpoint
+# resumed with --criterion ckd, or --reset-distill-parameters alone): an AssertionError
+CRITERION_MISMATCH = "Criterion does not match; please reset the optimizer (--reset-optimizer)."
+
+
 def translated(exc):
     """A DistillError for a foreign error whose cause is a user's option, else None."""
     if isinstance(exc, ValueError) and OPTIMIZER_GROUP_MISMATCH in str(exc):
         return DistillError(f"the checkpoint's optimizer state holds another number of parameters than "
                             f"this run builds: {OTHER_DISTILL_OPTIONS}")
+    if isinstance(exc, AssertionError) and str(exc).startswith(CRITERION_MISMATCH):
+        names = str(exc)[len(CRITERION_MISMATCH):].strip().split("\n")[0]
+        return DistillError(f"the checkpoint was trained with another criterion ({names.replace(' vs ', ', this run: ')}), "
+                            f"and its optimizer state belongs to that one: resume with --reset-optimizer (the model "
+                            f"weights are kept; the optimizer, its update count and any new criterion parameters "
+                            f"start afresh), or start a new --save-dir")
     return None
 
 

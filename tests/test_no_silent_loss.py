@@ -281,3 +281,19 @@ def test_evaluating_a_subset_the_data_lacks_names_those_it_has(tiny_data, tmp_pa
     with pytest.raises(DistillError, match=rf"{tiny_data} has no binarized 'valid2' set; it has test, train, valid: "
                                            r"pass --subset one of those"):
         evaluate(str(checkpoint), tiny_data, "valid2")
+
+
+def test_fairseqs_criterion_mismatch_assertion_becomes_one_line_with_the_remedy():
+    """issue 49: resuming another criterion's checkpoint ended in fairseq's AssertionError."""
+    from fairseq_distill.user_errors import find_user_error
+
+    try:
+        try:
+            raise AssertionError("Criterion does not match; please reset the optimizer (--reset-optimizer). "
+                                 "WordKDCriterion vs CKDCriterion")
+        except AssertionError:
+            raise Exception("Cannot load model parameters from checkpoint x.pt")
+    except Exception as e:
+        error = find_user_error(e)
+    assert "trained with another criterion (WordKDCriterion, this run: CKDCriterion)" in str(error)
+    assert "resume with --reset-optimizer" in str(error)

@@ -22,7 +22,7 @@ import time
 
 from fairseq_distill.errors import DistillError
 
-LOCK_FILE = ".fsd-lock"
+LOCK_FILE = ".distill-lock"
 
 
 def check_output_dir(out: str, data: str, option: str = "--out", data_option: str = "--data"):
@@ -64,9 +64,9 @@ def owner_alive(owner: dict) -> bool:
 
 
 class DirectoryLock:
-    """``with DirectoryLock(directory, "fsd-seqkd"):`` holds ``directory/.fsd-lock`` (created
+    """``with DirectoryLock(directory, "fsd-seqkd"):`` holds ``directory/.distill-lock`` (created
     with O_EXCL, holding pid, host and start time) while the body runs. ``part`` (a shard's
-    number) locks that part alone, ``.fsd-lock.PART``: shards made side by side (one per GPU or
+    number) locks that part alone, ``.distill-lock.PART``: shards made side by side (one per GPU or
     machine) do not exclude each other, while a run of the whole directory excludes them all."""
 
     def __init__(self, directory: str, tool: str, part=None):

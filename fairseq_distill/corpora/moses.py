@@ -15,7 +15,7 @@ becomes σ, where ``str.lower`` writes ς. All are pinned against the perl scrip
 an adversarial sample (``tests/fixtures/moses_parity``).
 """
 import re
-from typing import Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from fairseq_distill.errors import DistillError
 
@@ -67,12 +67,14 @@ def lowercase(lines: Iterable[str]) -> List[str]:
 
 
 def clean_pairs(src: Sequence[str], tgt: Sequence[str], min_tokens: int, max_tokens: int,
-                ratio: float, max_word_length: int = 1000) -> Tuple[List[int], List[str], List[str]]:
+                ratio: float, max_word_length: int = 1000,
+                dropped: Optional[Dict[str, int]] = None) -> Tuple[List[int], List[str], List[str]]:
     """``clean-corpus-n.perl -ratio R ... MIN MAX``: whitespace collapsed, and a pair dropped
     when a side has fewer than ``min_tokens`` or more than ``max_tokens`` tokens, or one side is
     more than ``ratio`` times as long as the other, or a side has a word of more than
     ``max_word_length`` characters (the script's fixed 1,000). Returns the kept indices and both
-    sides."""
+    sides; ``dropped``, if given, is counted into by reason (``length``, ``ratio``, ``long_word``)."""
+    dropped = dropped if dropped is not None else {}
     if min_tokens < 1:
         raise DistillError(f"a cleaned pair needs at least one token a side, got a minimum of {min_tokens}")
     if len(src) != len(tgt):
@@ -82,10 +84,13 @@ def clean_pairs(src: Sequence[str], tgt: Sequence[str], min_tokens: int, max_tok
         s_tokens, t_tokens = s.split(), t.split()
         ns, nt = len(s_tokens), len(t_tokens)
         if not (min_tokens <= ns <= max_tokens and min_tokens <= nt <= max_tokens):
+            dropped["length"] = dropped.get("length", 0) + 1
             continue
         if ns / nt > ratio or nt / ns > ratio:
+            dropped["ratio"] = dropped.get("ratio", 0) + 1
             continue
         if any(len(w) > max_word_length for w in s_tokens) or any(len(w) > max_word_length for w in t_tokens):
+            dropped["long_word"] = dropped.get("long_word", 0) + 1
             continue
         kept.append(i)
         out_src.append(" ".join(s_tokens))

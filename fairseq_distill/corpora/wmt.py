@@ -275,13 +275,6 @@ def same_count(what: str, counts: Dict[str, int], hint: str = "the archive is da
                            f"{hint}")
 
 
-def drop_long_words(src: List[str], tgt: List[str]) -> Tuple[List[str], List[str], int]:
-    """``clean-corpus-n.perl``'s other rule: a pair with a word of more than 1,000 characters goes."""
-    keep = [i for i, (s, t) in enumerate(zip(src, tgt))
-            if max(map(len, s.split())) <= MAX_WORD_LENGTH and max(map(len, t.split())) <= MAX_WORD_LENGTH]
-    return [src[i] for i in keep], [tgt[i] for i in keep], len(src) - len(keep)
-
-
 def write_checked(path: str, lines: Sequence[str], mode: str = "w") -> int:
     """Write ``lines`` and count them back as ``wc -l`` would: a line that would break in two
     stops here, naming it."""
@@ -333,8 +326,9 @@ def prepare(protocol: Protocol, archive_path: str, out: str, report: Callable[[s
                     raise DistillError(f"{part.name}.{lang}: {len(raw[lang]):,} lines in, {len(done[lang]):,} out of "
                                        f"the protocol's steps")
             del raw, sides
-            _, src, tgt = clean_pairs(done[SRC], done[TGT], min_tokens, max_tokens, ratio)
-            src, tgt, long_words = drop_long_words(src, tgt)
+            dropped: Dict[str, int] = {}
+            _, src, tgt = clean_pairs(done[SRC], done[TGT], min_tokens, max_tokens, ratio, MAX_WORD_LENGTH, dropped)
+            long_words = dropped.get("long_word", 0)
             n = len(done[SRC])
             counts[f"{part.name} cleaned"] = {SRC: len(src), TGT: len(tgt)}
             report(f"{tag} {part.name} ({where}, .{TGT}): {n:,} pairs{', ' if steps else ''}{', '.join(steps)}; "

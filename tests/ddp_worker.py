@@ -48,7 +48,8 @@ class ReplicaDump:
         weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
         # distillation-only parameters (layer projections, alignment modules) must agree too
         for k, v in self.dumped_criterion.state_dict().items():
-            weights[f"criterion.{k}"] = v.detach().clone()
+            if torch.is_tensor(v):  # the loss forms and the collapse watch travel as extra state
+                weights[f"criterion.{k}"] = v.detach().clone()
         torch.save(weights, os.path.join(os.environ["FSD_REPLICA_DUMP"], f"rank{rank}.pt"))
         with open(os.path.join(os.environ["FSD_REPLICA_DUMP"], f"draws{rank}.json"), "w") as f:
             json.dump(self.draws, f)

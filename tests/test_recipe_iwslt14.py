@@ -61,7 +61,7 @@ def test_prepare_and_smoke_run_end_to_end(tmp_path):
     assert {c for c in planned if "fsd-benchmark-score table" not in c} <= set(every) and len(rows) == 4
     all_rows = [line for line in open(os.path.join(RECIPE, "rows.tsv"), encoding="utf-8")
                 if line.strip() and not line.startswith("#")]
-    assert len([c for c in every if c.startswith("+ fairseq-train")]) == 1 + len(all_rows) == 12
+    assert len([c for c in every if c.startswith("+ fairseq-train")]) == 1 + len(all_rows) == 15
     assert not (out / "runs").exists()  # --dry-run ran nothing
     ran = bash("run.sh", "--smoke", "--out", str(out), "--rows", str(rows_file))
     assert commands(ran) == planned  # each stage ran exactly what --dry-run printed

@@ -28,6 +28,7 @@ PAPERS_TABLES = {
         "A2D, the paper's β = 1": "a2d-beta1-2",
         "A2D, the released code's form and weights": "a2d-released-2",
         "A2D, rowwise at β = 0.01": "a2d-rowwise-2",
+        "A2D, the default": "a2d-2",
     }),
     "row (3+3, d = 128)": (("no-kd-3", "word-kd-3"), {
         "no KD": "no-kd-3",

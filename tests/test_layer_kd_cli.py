@@ -29,7 +29,7 @@ def test_train_resume_export_generate(tiny_data, deep_teacher, tmp_path, criteri
 
     saved = torch.load(f"{save}/checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert saved["criterion"] and all(k.startswith(f"terms.{criterion}.fusers.") for k in saved["criterion"]
-                                      if not k.endswith("._extra_state"))  # the loss form's record
+                                      if not k.endswith("_extra_state"))  # the loss forms and the watch
 
     # fairseq's resume path restores the projections exactly (not a fresh initialisation)
     _, _, _, crit, trainer = build_trainer(

@@ -22,6 +22,13 @@ def recipe_cmd(config, *args):
     return [sys.executable, os.path.join(REPO, "bench", "run.py"), str(config), *args]
 
 
+def in_workdir(row: dict, workdir) -> dict:
+    """A results row with its paths (relative to the work dir, as results keep them) made
+    absolute again, to open the files a run left there."""
+    return {k: os.path.join(str(workdir), v) if k in ("checkpoint", "training_checkpoint", "data_bin", "cache_dir")
+            and isinstance(v, str) and not os.path.isabs(v) else v for k, v in row.items()}
+
+
 def step_logs(workdir) -> str:
     """Every step's full log: the tools' output the runner keeps out of the terminal."""
     return "".join(open(p, encoding="utf-8").read() for p in sorted(glob.glob(f"{workdir}/runs/*/step.log")))
@@ -92,7 +99,7 @@ def test_recipe_runs_caches_and_reports(tmp_path):
     assert "fairseq_cli.train" in step_logs(tmp_path / "work")
 
     results = json.load(open(tmp_path / "results" / "tiny.json"))
-    rows = {r["name"]: r for r in results["rows"]}
+    rows = {r["name"]: in_workdir(r, tmp_path / "work") for r in results["rows"]}
     assert set(rows) == {"teacher", "student-seqkd-wordkd", "student-cached"}
     student = rows["student-seqkd-wordkd"]
     assert student["updates"] == 6 and student["teacher"] == "teacher" and student["data"] == "seqkd-data"
@@ -155,7 +162,7 @@ def test_recipe_gpkd_pipeline_and_two_stage_training(tmp_path):
     assert re.search(r"--restore-file \S+/teacher-\w+/checkpoints/checkpoint_last\.pt --reset-dataloader "
                      r"--reset-meters", out)
     assert "[extract] encoder: kept 2 of 4 layers: [2, 4]" in out and "[extract] decoder: kept 1 of 2 layers: [2]" in out
-    rows = {r["name"]: r for r in json.load(open(tmp_path / "results" / "gpkd-tiny.json"))["rows"]}
+    rows = {r["name"]: in_workdir(r, tmp_path / "work") for r in json.load(open(tmp_path / "results" / "gpkd-tiny.json"))["rows"]}
     assert rows["teacher"]["updates"] == 4 and rows["teacher-skip"]["updates"] == 7
     assert rows["student-gpkd"]["updates"] == 4 and rows["student-gpkd"]["shape"]["encoder-layers"] == 2
     # fine-tuning starts from the weights only: a fresh update count
@@ -423,7 +430,7 @@ def test_switching_the_evaluated_checkpoint_reevaluates_without_retraining(tmp_p
     again = run(cmd).stdout
     assert "fairseq_cli.train" not in again and "teacher: evaluating checkpoint_last.pt" in again
     assert step_logs(tmp_path / "work").count("fairseq_cli.train") == trained  # nothing trained again
-    row = json.load(open(tmp_path / "results" / "select.json"))["rows"][0]
+    row = in_workdir(json.load(open(tmp_path / "results" / "select.json"))["rows"][0], tmp_path / "work")
     assert row["evaluated_checkpoint"] == "last" and row["updates"] == 6 and row["key"] == first["key"]
     assert row["run"] != first["run"]  # another model was exported
     exported = torch.load(row["checkpoint"], map_location="cpu", weights_only=False)

@@ -39,6 +39,8 @@ def test_train_resume_export_generate(tiny_data, deep_teacher, tmp_path, criteri
     trainer.load_checkpoint(f"{save}/checkpoint_last.pt")
     restored = crit.state_dict()
     for key, value in saved["criterion"].items():
+        if not torch.is_tensor(value):  # the loss forms and the collapse watch
+            continue
         assert torch.equal(restored[key], value), key
     assert any(not torch.equal(fresh[k], saved["criterion"][k]) for k in fresh)
 

@@ -266,3 +266,15 @@ def test_blank_test_lines_are_kept_in_place_when_asked(tmp_path):
     assert (out / "bin" / "raw" / "test.de").read_text(encoding="utf-8").split("\n")[1] == ""
     meta = json.load(open(out / "bin" / "fairseq_distill.json"))
     assert meta["blank_test_lines"] == {"test": [2, 4]}
+
+
+@pytest.mark.parametrize("what", ["references", "input "])
+def test_an_unreadable_file_is_named_with_its_role_apart_from_its_path(tmp_path, what):
+    """fsd-compare said "cannot read references'…'": the role and the path ran together."""
+    from fairseq_distill.errors import DistillError
+    from fairseq_distill.text.files import read_lines
+
+    missing = tmp_path / "refs.txt"
+    with pytest.raises(DistillError) as error:
+        read_lines(str(missing), what=what)
+    assert str(error.value).startswith(f"cannot read {what.strip()} '{missing}': ")

@@ -41,7 +41,8 @@ def read_bytes(path: str, what: str = "") -> bytes:
         if isinstance(e, gzip.BadGzipFile):
             raise DistillError(f"{path} is not a valid gzip file ({e}); give it uncompressed "
                                f"without the .gz ending, or compress it again with gzip") from e
-        raise DistillError(f"cannot read {what}'{path}': {e.strerror or e}") from e
+        role = f"{what.strip()} " if what.strip() else ""
+        raise DistillError(f"cannot read {role}'{path}': {e.strerror or e}") from e
     except EOFError as e:
         raise DistillError(f"{path} is a truncated gzip file: it ends before its compressed "
                            f"stream does (an interrupted download or copy?); `gzip -t {path}` "

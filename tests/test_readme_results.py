@@ -21,6 +21,7 @@ PAPERS_TABLES = {
         "PKD": "pkd-2",
         "CKD-RC (paper form)": "ckd-rc-2",
         "CKD-RC, the released code's form": "ckd-rc-released-2",
+        "CKD-RC, the default": "ckd-2",
         "CKD-OC": "ckd-oc-2",
         "CKD-SC": "ckd-sc-2",
         "CKD-CC": "ckd-cc-2",

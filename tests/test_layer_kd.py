@@ -291,9 +291,10 @@ def test_frozen_projection_keeps_its_initial_weights_and_gets_no_gradient():
 
 
 def test_ckd_paper_form_at_equal_widths_warns_once_that_its_map_can_collapse(caplog):
-    """The paper's fused map stays ckd's default where the widths are equal (fidelity), but it
-    collapsed a student of the teacher's width in configs/papers.yaml: the run says so once at
-    start-up, with the released form as the way out; the released form and pkd say nothing."""
+    """--ckd-form paper's learned fused map collapsed a student of the teacher's width in
+    configs/papers.yaml: the run says so once at start-up, with the released form as the way
+    out; the released form, pkd, and the paper form with its map frozen (a fixed target, which
+    did not collapse) say nothing."""
     with caplog.at_level("WARNING"):
         LayerKDTerm("ckd", 0.7, layer_context(6, 2, student_dim=8, teacher_dim=8), ckd_form="paper")
     warnings = [r.message for r in caplog.records if r.levelname == "WARNING"]
@@ -306,6 +307,9 @@ def test_ckd_paper_form_at_equal_widths_warns_once_that_its_map_can_collapse(cap
         LayerKDTerm("pkd", 0.7, layer_context(6, 2, 8, 8))
         LayerKDTerm("ckd", 0.7, layer_context(6, 2, 8, 8))  # the default: the released form
         LayerKDTerm("ckd", 0.7, layer_context(6, 2, 4, 8), ckd_form="paper")  # student side: an info line
+        LayerKDTerm("ckd", 0.7, layer_context(6, 2, 8, 8), ckd_form="paper", freeze_projection=True)
+        LayerKDTerm("alp_kd", 0.7, layer_context(6, 2, 4, 8), layer_project="teacher",
+                    freeze_projection=True)
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 

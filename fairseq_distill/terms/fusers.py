@@ -19,8 +19,9 @@ def warn_teacher_side_projection(equal_widths: bool = False):
     can settle on one constant vector (with unit-normalised states, one shared direction, so
     normalising does not prevent it), the layer loss vanishes and the student unlearns. A map
     of the student's state keeps the teacher's own states as a fixed target. At equal widths
-    the map is CKD's own fused map (Eq. 3), kept as ckd's default there for fidelity, though it
-    collapsed there too (configs/papers.yaml)."""
+    the map is CKD's own fused map (Eq. 3, --ckd-form paper), which collapsed there too
+    (configs/papers.yaml). A map frozen at its initialisation (--layer-freeze-projection) is a
+    fixed target as well: its fusers are built with ``frozen`` and say nothing."""
     if equal_widths:
         logger.warning(
             "the teacher's states are fused by a learned map trained with the student (the CKD "
@@ -42,7 +43,8 @@ class CombinationFuser(nn.Module):
     """One optional linear map per (student layer, teacher group) pair."""
 
     def __init__(self, groups: Sequence[Tuple[int, ...]], student_dim: int, teacher_dim: int,
-                 project: str = "teacher", normalize: str = "none", reduction: str = "mean"):
+                 project: str = "teacher", normalize: str = "none", reduction: str = "mean",
+                 frozen: bool = False):
         super().__init__()
         self.project, self.normalize, self.reduction = project, normalize, reduction
         maps = []
@@ -55,7 +57,7 @@ class CombinationFuser(nn.Module):
             else:
                 maps.append(nn.Linear(student_dim, fused_dim))
         self.maps = nn.ModuleList(maps)
-        if project == "teacher" and any(isinstance(m, nn.Linear) for m in maps):  # once per fuser
+        if project == "teacher" and not frozen and any(isinstance(m, nn.Linear) for m in maps):  # once per fuser
             warn_teacher_side_projection(equal_widths=student_dim == teacher_dim)
 
     def forward(self, index, student_state, teacher_states, mask):
@@ -72,10 +74,11 @@ class AttentionFuser(nn.Module):
     """ALP-KD: attention over the group's teacher layers, per position or per sentence."""
 
     def __init__(self, student_dim, teacher_dim, score="dot", granularity="token", normalize="none",
-                 reduction="mean", side="teacher"):
+                 reduction="mean", side="teacher", frozen=False):
         """``side``: which states the learned map brings to the other's width when the widths
         differ (``teacher``: the teacher's, attention and loss in the student width;
-        ``student``: the student's, attention and loss in the teacher width)."""
+        ``student``: the student's, attention and loss in the teacher width). ``frozen``: the map
+        will be kept at its initialisation (no collapse warning)."""
         super().__init__()
         self.score, self.granularity, self.normalize = score, granularity, normalize
         self.reduction, self.side = reduction, side
@@ -85,7 +88,8 @@ class AttentionFuser(nn.Module):
             self.project = nn.Linear(student_dim, teacher_dim)
         else:
             self.project = nn.Linear(teacher_dim, student_dim)
-            warn_teacher_side_projection()
+            if not frozen:
+                warn_teacher_side_projection()
         self.last_alpha = {}  # pair index -> K x L x B weights of the last forward (for analysis)
 
     def forward(self, index, student_state, teacher_states, mask):

@@ -255,7 +255,7 @@ class LayerKDTerm(DistillationTerm):
             groups = [g for _, g in pairs]
             if method == "alp_kd":
                 fusers[s] = AttentionFuser(s_dim, t_dim, alp_score, alp_granularity, self.normalize,
-                                           self.reduction, project)
+                                           self.reduction, project, frozen=freeze_projection)
             else:
                 if method == "pkd":
                     wide = [g for g in groups if len(g) > 1]
@@ -263,7 +263,8 @@ class LayerKDTerm(DistillationTerm):
                         raise DistillError(
                             f"pkd matches each student layer to one teacher layer; the map has group "
                             f"{{{','.join(map(str, wide[0]))}}}: use ckd for groups")
-                fusers[s] = CombinationFuser(groups, s_dim, t_dim, project, self.normalize, self.reduction)
+                fusers[s] = CombinationFuser(groups, s_dim, t_dim, project, self.normalize, self.reduction,
+                                             frozen=freeze_projection)
         self.fusers = nn.ModuleDict(fusers)
         self.freeze_projection = freeze_projection
         if freeze_projection:

@@ -36,6 +36,7 @@ PAPERS_TABLES = {
         "word-level KD": "word-kd-3",
         "A2D, the paper's β = 1": "a2d-beta1-3",
         "A2D, the released code's form and weights": "a2d-released-3",
+        "A2D, the default": "a2d-3",
     }),
 }
 

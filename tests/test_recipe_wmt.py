@@ -11,7 +11,7 @@ import tarfile
 
 import pytest
 
-from fairseq_distill.corpora import wmt
+from fairseq_distill.corpora import wmt, wmt_training
 from fairseq_distill.corpora.moses import tokenize
 from fairseq_distill.errors import DistillError
 from wmt_archive import archive_files, corpus, evaluation_set, sentence, write_archives
@@ -88,7 +88,7 @@ def test_wmt16_protocol_by_hand(archives, tmp_path):
     assert read(tmp_path / "valid.de")[0] == "Ein state-of-the-art Satz aus newstest2016"
 
 
-def test_the_archives_are_found_under_any_name_or_unpacked(archives, tmp_path, monkeypatch):
+def test_the_archives_are_found_under_any_name_or_unpacked(archives, tmp_path):
     """The Google bundle's script saves Common Crawl as common-crawl.tgz, and so on: the files are
     found by their paths inside; an unpacked directory reads the same; the per-line steps give the
     same lines in pieces (here 3 lines a piece, in a stand-in for the worker pool)."""
@@ -104,13 +104,55 @@ def test_the_archives_are_found_under_any_name_or_unpacked(archives, tmp_path, m
         assert read(tmp_path / "out-official" / split) == read(tmp_path / "out-renamed" / split) == \
             read(tmp_path / "out-unpacked" / split)
 
-    class SerialPool:
-        imap = staticmethod(map)
+    # the steps and the filter in pieces of 3 pairs give what one piece gives
+    en, de = corpus("en", 0, 10), corpus("de", 0, 10)
+    whole = wmt_training.clean_chunk((wmt.WMT14_EN_DE, ("en", "de"), en, de))
+    pieces = [wmt_training.clean_chunk((wmt.WMT14_EN_DE, ("en", "de"), en[i:i + 3], de[i:i + 3]))
+              for i in range(0, 10, 3)]
+    assert whole[0] == [line for piece in pieces for line in piece[0]] == wmt.normalise_punctuation(en, "en")
+    assert whole[1] == [line for piece in pieces for line in piece[1]]
 
-    lines = corpus("de", 0, 10)
-    monkeypatch.setattr(wmt, "CHUNK", 3)
-    assert wmt.training_steps(wmt.WMT14_EN_DE, lines, "de", SerialPool()) == \
-        wmt.training_steps(wmt.WMT14_EN_DE, lines, "de") == wmt.normalise_punctuation(lines, "de")
+
+def test_an_interrupted_run_keeps_the_parts_it_finished(archives, tmp_path, monkeypatch):
+    """Killed in Common Crawl, the rerun keeps Europarl (not read again) and gives what an
+    uninterrupted run gives; a part whose input changed is cleaned again."""
+    whole = wmt.prepare_wmt14_en_de(archives, str(tmp_path / "whole"), report=quiet)
+    real = wmt_training._clean_part
+    cleaned = []
+
+    def dies_in_commoncrawl(protocol, part, *args):
+        if part.name == "commoncrawl":
+            raise KeyboardInterrupt
+        cleaned.append(part.name)
+        return real(protocol, part, *args)
+
+    monkeypatch.setattr(wmt_training, "_clean_part", dies_in_commoncrawl)
+    with pytest.raises(KeyboardInterrupt):
+        wmt.prepare_wmt14_en_de(archives, str(tmp_path / "out"), report=quiet)
+    assert cleaned == ["europarl-v7"]
+    assert sorted(os.listdir(tmp_path / "out" / wmt.PARTS_DIR)) == ["europarl-v7.de", "europarl-v7.en",
+                                                                   "europarl-v7.json"]
+    monkeypatch.setattr(wmt_training, "_clean_part", lambda protocol, part, *args: (
+        cleaned.append(part.name), real(protocol, part, *args))[1])
+    lines = []
+    assert wmt.prepare_wmt14_en_de(archives, str(tmp_path / "out"), report=lines.append) == whole
+    assert cleaned == ["europarl-v7", "commoncrawl", "news-commentary-v9"]
+    assert any(line.startswith("[wmt14_en_de] europarl-v7: kept from an earlier run of the same input") for line in lines)
+    for name in ("train.en", "train.de", "test.en", "valid.de"):
+        assert read(tmp_path / "out" / name) == read(tmp_path / "whole" / name)
+    assert not os.path.exists(tmp_path / "out" / wmt.PARTS_DIR)   # gone once the text is complete
+
+    # a finished part made from another input (another size) is cleaned again
+    files = archive_files()
+    files["training-parallel-europarl-v7.tgz"]["training/europarl-v7.de-en.en"][0] += " more"
+    write_archives(tmp_path / "changed", files)
+    monkeypatch.setattr(wmt_training, "_clean_part", dies_in_commoncrawl)
+    cleaned.clear()
+    with pytest.raises(KeyboardInterrupt):
+        wmt.prepare_wmt14_en_de(str(tmp_path / "changed"), str(tmp_path / "again"), report=quiet)
+    with pytest.raises(KeyboardInterrupt):
+        wmt.prepare_wmt14_en_de(archives, str(tmp_path / "again"), report=quiet)
+    assert cleaned == ["europarl-v7", "europarl-v7"]
 
 
 def test_missing_damaged_or_wrong_archives_are_named(tmp_path):

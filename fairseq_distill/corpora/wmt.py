@@ -33,19 +33,21 @@ the test set is kept as the ``<seg>`` text (``test.orig.*``), the references for
 """
 import os
 import re
+import shutil
 import tarfile
 import zlib
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Sequence, Tuple
 
-from fairseq_distill.corpora.moses import clean_pairs, tokenize
+from fairseq_distill.corpora import wmt_training
+from fairseq_distill.corpora.moses import tokenize
+from fairseq_distill.corpora.wmt_training import (MAX_WORD_LENGTH, PARTS_DIR, normalise_punctuation,  # noqa: F401
+                                                  remove_non_printing)
 from fairseq_distill.errors import DistillError
 
 SRC, TGT = "en", "de"
 LANGS = (SRC, TGT)
 ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".tar")
-MAX_WORD_LENGTH = 1000  # clean-corpus-n.perl's default: a pair with a longer word is dropped
-CHUNK = 20000           # lines per piece of work for the worker processes
 
 
 @dataclass(frozen=True)
@@ -166,8 +168,34 @@ class Sources:
                                f"pass the directory that holds the official archives (or what they unpack to)")
         return {lang: (where, _lines(data, where, self.report)) for lang, (where, data) in found.items()}
 
+    def locate(self, part: Part) -> Dict[str, "wmt_training.Side"]:
+        """Each side of ``part`` as a file to stream (:class:`wmt_training.Side`): an unpacked file
+        is read where it lies; a file inside an archive is copied out when it is needed."""
+        missing = dict(zip(LANGS, part.files))
+        found: Dict[str, wmt_training.Side] = {}
+        for lang, suffix in list(missing.items()):
+            for f in self.files:
+                if _inside(os.path.relpath(f, self.path) if os.path.isdir(self.path) else f, suffix):
+                    found[lang] = wmt_training.Side(f, os.path.getsize(f), f)
+                    del missing[lang]
+                    break
+        for archive in sorted(self.archives, key=lambda a: os.path.basename(a) != part.archive):
+            if not missing:
+                break
+            members: Dict[str, tarfile.TarInfo] = {}
+            self._scan(archive, missing, members, names_only=True)
+            for lang, member in members.items():
+                found[lang] = wmt_training.Side(f"{archive}:{member.name}", member.size, archive, member.name)
+        if missing:
+            names = ", ".join(missing.values())
+            raise DistillError(f"--archive {self.path} has no {names} ({part.name}, in the official {part.archive}): "
+                               f"pass the directory that holds the official archives (or what they unpack to)")
+        return found
+
     @staticmethod
-    def _scan(archive: str, missing: Dict[str, str], found: Dict[str, Tuple[str, bytes]]):
+    def _scan(archive: str, missing: Dict[str, str], found: dict, names_only: bool = False):
+        """Fill ``found`` with ``{lang: (where, bytes)}``, or with ``{lang: member name}`` when
+        ``names_only``, for the files of ``missing`` in ``archive``."""
         try:
             with tarfile.open(archive, "r|*") as tar:   # a stream: read front to back, once
                 for member in tar:
@@ -175,7 +203,8 @@ class Sources:
                         continue
                     for lang, suffix in list(missing.items()):
                         if _inside(member.name, suffix):
-                            found[lang] = (f"{archive}:{member.name}", tar.extractfile(member).read())
+                            found[lang] = member if names_only else \
+                                (f"{archive}:{member.name}", tar.extractfile(member).read())
                             del missing[lang]
                     if not missing:
                         break
@@ -201,60 +230,6 @@ def sgm_segments(lines: Sequence[str], where: str) -> List[str]:
                                f"{line[:100]!r}")
         segments.append(match.group(1))
     return segments
-
-
-# ---------------------------------------------------------------------------------------------
-# the Moses steps, in worker processes
-
-_NORMALISERS: Dict[str, object] = {}
-_NON_PRINTING = None
-
-
-def normalise_punctuation(lines: Sequence[str], lang: str) -> List[str]:
-    """``normalize-punctuation.perl -l LANG``, sacremoses' port with perl parity."""
-    if lang not in _NORMALISERS:
-        try:
-            from sacremoses import MosesPunctNormalizer
-        except ImportError as e:
-            raise DistillError("the WMT recipes normalise punctuation with sacremoses: pip install sacremoses") from e
-        try:
-            _NORMALISERS[lang] = MosesPunctNormalizer(lang=lang, perl_parity=True)
-        except TypeError as e:
-            raise DistillError("this sacremoses has no perl_parity option: pip install -U sacremoses") from e
-    normaliser = _NORMALISERS[lang]
-    return [normaliser.normalize(line) for line in lines]
-
-
-def remove_non_printing(lines: Sequence[str]) -> List[str]:
-    """``remove-non-printing-char.perl``: every ``\\p{C}`` character (control, format, private
-    use, surrogate, unassigned) written as a space."""
-    global _NON_PRINTING
-    if _NON_PRINTING is None:
-        import regex  # a dependency of sacremoses; Python's re has no \\p{…}
-
-        _NON_PRINTING = regex.compile(r"\p{C}")
-    return [_NON_PRINTING.sub(" ", line) for line in lines]
-
-
-def _steps(job) -> List[str]:
-    lang, protocol_name, lines = job
-    protocol = PROTOCOLS[protocol_name]
-    if protocol.normalise_punctuation:
-        lines = normalise_punctuation(lines, lang)
-    if protocol.remove_non_printing:
-        lines = remove_non_printing(lines)
-    if protocol.tokenise:
-        lines = tokenize(lines, lang)
-    return lines
-
-
-def training_steps(protocol: Protocol, lines: List[str], lang: str, pool=None) -> List[str]:
-    """The protocol's per-line steps on one side of the training text; one line out per line in."""
-    jobs = [(lang, protocol.name, lines[i:i + CHUNK]) for i in range(0, len(lines), CHUNK)]
-    out: List[str] = []
-    for piece in (pool.imap(_steps, jobs) if pool is not None else map(_steps, jobs)):
-        out.extend(piece)
-    return out
 
 
 def evaluation_text(protocol: Protocol, segments: List[str], lang: str) -> List[str]:
@@ -302,8 +277,8 @@ def prepare(protocol: Protocol, archive_path: str, out: str, report: Callable[[s
     counts: Dict[str, Dict[str, int]] = {}
     os.makedirs(out, exist_ok=True)
     train_paths = {lang: os.path.join(out, f"train.{lang}") for lang in LANGS}
-    for path in train_paths.values():
-        open(path, "w").close()
+    parts_dir = os.path.join(out, PARTS_DIR)
+    os.makedirs(parts_dir, exist_ok=True)
     min_tokens, max_tokens, ratio = protocol.clean
     steps = [name for name, on in (("punctuation normalised", protocol.normalise_punctuation),
                                    ("non-printing characters removed", protocol.remove_non_printing),
@@ -315,33 +290,24 @@ def prepare(protocol: Protocol, archive_path: str, out: str, report: Callable[[s
         pool = multiprocessing.get_context("fork").Pool(workers)
     try:
         for part in protocol.training:
-            sides = sources.read(part)
-            raw = {lang: sides[lang][1] for lang in LANGS}
-            counts[part.name] = {lang: len(raw[lang]) for lang in LANGS}
-            same_count(f"{part.name} ({sides[SRC][0]}, {sides[TGT][0]})", counts[part.name])
-            where = sides[SRC][0]
-            done = {lang: training_steps(protocol, raw[lang], lang, pool) for lang in LANGS}
-            for lang in LANGS:
-                if len(done[lang]) != len(raw[lang]):  # one line out per line in, or the sides drift apart
-                    raise DistillError(f"{part.name}.{lang}: {len(raw[lang]):,} lines in, {len(done[lang]):,} out of "
-                                       f"the protocol's steps")
-            del raw, sides
-            dropped: Dict[str, int] = {}
-            _, src, tgt = clean_pairs(done[SRC], done[TGT], min_tokens, max_tokens, ratio, MAX_WORD_LENGTH, dropped)
-            long_words = dropped.get("long_word", 0)
-            n = len(done[SRC])
-            counts[f"{part.name} cleaned"] = {SRC: len(src), TGT: len(tgt)}
+            sides = sources.locate(part)
+            part_counts = wmt_training.clean_part(protocol, part, [sides[lang] for lang in LANGS], LANGS,
+                                                  parts_dir, pool, workers, report)
+            where = sides[SRC].where
+            counts[part.name] = part_counts[part.name]
+            same_count(f"{part.name} ({sides[SRC].where}, {sides[TGT].where})", counts[part.name])
+            kept = counts[f"{part.name} cleaned"] = part_counts[f"{part.name} cleaned"]
+            n = counts[part.name][SRC]
+            long_words = part_counts["dropped"].get("long_word", 0)
             report(f"{tag} {part.name} ({where}, .{TGT}): {n:,} pairs{', ' if steps else ''}{', '.join(steps)}; "
-                   f"{len(src):,} kept, "
-                   f"{n - len(src):,} left out ({min_tokens} to {max_tokens} tokens a side, length ratio at most "
+                   f"{kept[SRC]:,} kept, "
+                   f"{n - kept[SRC]:,} left out ({min_tokens} to {max_tokens} tokens a side, length ratio at most "
                    f"{ratio:g}, no word over {MAX_WORD_LENGTH:,} characters: {long_words:,} for that)")
-            for lang, lines in ((SRC, src), (TGT, tgt)):
-                write_checked(train_paths[lang], lines, mode="a")
-            del done, src, tgt
     finally:
         if pool is not None:
             pool.close()
             pool.join()
+    wmt_training.join_parts(parts_dir, [p.name for p in protocol.training], LANGS, train_paths)
     counts["training"] = {lang: sum(counts[p.name][lang] for p in protocol.training) for lang in LANGS}
     counts["cleaned"] = {lang: sum(counts[f"{p.name} cleaned"][lang] for p in protocol.training) for lang in LANGS}
 
@@ -365,6 +331,7 @@ def prepare(protocol: Protocol, archive_path: str, out: str, report: Callable[[s
         if counts[split][SRC] != counts[part.name][SRC]:
             raise DistillError(f"{out}/{split}.{SRC} has {counts[split][SRC]:,} lines, {part.name} "
                                f"{counts[part.name][SRC]:,} segments")
+    shutil.rmtree(parts_dir)   # the cleaned parts are in train.*, checked: no need to resume any more
     kept = " + ".join(f"{counts[p.name + ' cleaned'][SRC]:,}" for p in protocol.training)
     report(f"{tag} train {counts['train'][SRC]:,} of {counts['training'][SRC]:,} pairs ({kept} from "
            f"{', '.join(p.name for p in protocol.training)}), valid {counts['valid'][SRC]:,} "

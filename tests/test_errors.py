@@ -156,14 +156,14 @@ def test_blank_line_in_corpus(tmp_path, raw):
 def test_lines_empty_after_normalisation_are_refused_like_blank_ones(tmp_path):
     """A side holding only a zero-width space (or other invisible characters) is a blank line
     once normalised: refused before anything is written (issue 32.3)."""
-    from fairseq_distill.text.corpus import load_split
+    from fairseq_distill.text.corpus_steps import check_split
     from fairseq_distill.errors import DistillError
 
     (tmp_path / "t.de").write_text("ein hund\n\u200b\nzwei\n", encoding="utf-8")
     (tmp_path / "t.en").write_text("a dog\ncats\ntwo\n", encoding="utf-8")
     with pytest.raises(DistillError, match=r"t.de has 1 blank line\(s\) or line\(s\) empty after normalisation "
                                            r"\(first at line 2: '\\u200b'"):
-        load_split(str(tmp_path / "t.de"), str(tmp_path / "t.en"), "train")
+        check_split(str(tmp_path / "t.de"), str(tmp_path / "t.en"), "train", (str(tmp_path / "a"), str(tmp_path / "b")))
 
 
 @pytest.mark.slow
@@ -187,11 +187,13 @@ def test_ctrl_c_in_a_command_prints_one_line_saying_what_was_kept(capsys):
     assert err.strip() == "seqkd: interrupted; the shards finished so far are kept" and "Traceback" not in err
 
 
-def test_over_long_pairs_are_found_by_their_longer_side():
-    from fairseq_distill.text.corpus import over_long_pairs
+def test_the_subword_sample_is_evenly_spaced_and_fixed_by_the_count():
+    from fairseq_distill.text.corpus_steps import is_sampled
 
-    keep, long_lines = over_long_pairs(["a b", "a b c d", "a"], ["x", "y", "x y z w v"], 3)
-    assert keep == [0] and long_lines == [(2, 4), (3, 5)]
+    # 3 of 10 pairs: where floor(i * 3 / 10) steps up, i.e. after pairs 3, 6 and 9 (0-based 3, 6, 9)
+    assert [i for i in range(10) if is_sampled(i, 10, 3)] == [3, 6, 9]
+    assert [i for i in range(4) if is_sampled(i, 4, 4)] == [0, 1, 2, 3]
+    assert sum(is_sampled(i, 450_000, 100_000) for i in range(450_000)) == 100_000
 
 
 @pytest.mark.slow

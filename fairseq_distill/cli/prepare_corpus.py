@@ -4,7 +4,7 @@ import argparse
 import os
 
 from fairseq_distill.cli.common import run_cli
-from fairseq_distill.text.corpus import DEFAULT_MAX_LENGTH, prepare
+from fairseq_distill.text.corpus import DEFAULT_MAX_LENGTH, DEFAULT_SUBWORD_SAMPLE, prepare
 from fairseq_distill.text.files import ERRORS
 
 DESCRIPTION = "Prepare a parallel corpus for fairseq: subword segmentation + binarization."
@@ -32,6 +32,10 @@ def build_parser():
                    help="training pairs with a side of more subword tokens are removed, counted and listed "
                         "(default %(default)s: with </s>, the 1024 positions of fairseq's Transformers); "
                         "an evaluation set with such a line is refused")
+    p.add_argument("--subword-sample", type=int, default=DEFAULT_SUBWORD_SAMPLE,
+                   help="the subword model learns from at most this many training pairs, evenly spaced through "
+                        "the corpus (default %(default)s; every pair when there are fewer): its memory and time "
+                        "stay bounded on corpora of millions of pairs")
     p.add_argument("--keep-blank-test-lines", action="store_true",
                    help="keep a test set's blank lines (or lines the subword model empties) in place, aligned, as "
                         "empty sentences, instead of refusing them: an official protocol may keep them (fairseq's "
@@ -47,7 +51,7 @@ def main(argv=None):
     # nothing returned: the console script passes main()'s value to sys.exit
     run_cli("prepare_corpus", lambda: prepare(args),
             on_interrupt="the output directory is incomplete (it has no bin/fairseq_distill.json yet); "
-                         "run the same command again to prepare it afresh")
+                         "run the same command again to go on from the last finished stage")
 
 
 if __name__ == "__main__":

@@ -16,12 +16,12 @@ import json
 import os
 import shutil
 import tarfile
-from collections import deque
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from fairseq_distill.corpora.moses import clean_pairs, tokenize
 from fairseq_distill.errors import DistillError
 from fairseq_distill.progress import Progress
+from fairseq_distill.streaming import bounded_map
 
 CHUNK = 20000            # pairs per piece of work for the worker processes
 MAX_WORD_LENGTH = 1000   # clean-corpus-n.perl's default: a pair with a longer word is dropped
@@ -137,21 +137,6 @@ def paired_chunks(sides, report, counts: Dict[str, int]) -> Iterator[Tuple[List[
         if len(src) == CHUNK:
             yield src, tgt, read
             src, tgt = [], []
-
-
-def bounded_map(function, jobs, pool, window: int):
-    """``map(function, jobs)`` in order, on ``pool`` when given, with at most ``window`` jobs
-    submitted and not yet collected (``Pool.imap`` would read every job in ahead)."""
-    if pool is None:
-        yield from map(function, jobs)
-        return
-    pending = deque()
-    for job in jobs:
-        pending.append(pool.apply_async(function, (job,)))
-        while len(pending) >= window:
-            yield pending.popleft().get()
-    while pending:
-        yield pending.popleft().get()
 
 
 def readable(sides: Sequence[Side], scratch: str) -> List[Tuple[str, str]]:

@@ -28,6 +28,7 @@ reuses it when those are the same and refuses, naming what differs, when they ar
 unless ``--force``.
 """
 import contextlib
+import hashlib
 import io
 import json
 import logging
@@ -39,16 +40,21 @@ import sys
 import time
 
 from fairseq_distill.errors import DistillError
+from fairseq_distill.progress import Progress
 from fairseq_distill.text.segmentation import META_FILE, Segmenter, normalize_whitespace
-from fairseq_distill.text.files import blank_line_numbers, file_sha256, first_few, read_lines
+from fairseq_distill.text.corpus_steps import check_split, segment_split, write_subword_sample
+from fairseq_distill.text.files import file_sha256, first_few
 
 # what a rerun compares (besides the inputs), with the option that sets it
 RECORDED_OPTIONS = {"source_lang": "--source-lang", "target_lang": "--target-lang", "bpe": "--bpe",
                     "vocab_size": "--vocab-size", "spm_model_type": "--spm-model-type",
                     "errors": "--errors", "splits": "--test-prefix (number of test sets)",
-                    "max_length": "--max-length"}
+                    "max_length": "--max-length", "subword_sample": "--subword-sample"}
 # subword tokens per side: with </s>, the 1024 positions of fairseq's Transformers
 DEFAULT_MAX_LENGTH = 1023
+# sentence pairs the subword model learns from at most: enough for a vocabulary of tens of thousands
+# of pieces, while the trainer's memory (sentencepiece holds its whole input) stays bounded
+DEFAULT_SUBWORD_SAMPLE = 1_000_000
 
 
 def find_side(prefix, lang):
@@ -60,58 +66,6 @@ def find_side(prefix, lang):
         f"no file for language '{lang}' with prefix '{prefix}': "
         f"expected {prefix}.{lang} or {prefix}.{lang}.gz"
     )
-
-
-def warn(message):
-    print(f"[prepare] warning: {message}", file=sys.stderr)
-
-
-def over_long_pairs(src_pieces, tgt_pieces, max_length):
-    """(indices kept, [(1-based line, length of its longer side)] of the pairs with a side of more
-    than ``max_length`` subword tokens)."""
-    keep, long_lines = [], []
-    for i, (s, t) in enumerate(zip(src_pieces, tgt_pieces)):
-        n = max(len(s.split()), len(t.split()))
-        if n > max_length:
-            long_lines.append((i + 1, n))
-        else:
-            keep.append(i)
-    return keep, long_lines
-
-
-def load_split(src_path, tgt_path, split, errors="strict", keep_blank=False):
-    """Read one split and check it: aligned line counts, not empty, no blank lines (with
-    ``keep_blank``, blank lines stay in place as empty lines).
-    Lines end at \\n only, as ``wc -l`` counts them (see :mod:`fairseq_distill.text.files`)."""
-    src_lines, tgt_lines = read_lines(src_path, errors, warn), read_lines(tgt_path, errors, warn)
-    if len(src_lines) != len(tgt_lines):
-        raise DistillError(
-            f"misaligned {split} files: {src_path} has {len(src_lines)} lines but "
-            f"{tgt_path} has {len(tgt_lines)}; both sides must have one sentence per line"
-        )
-    if not src_lines:
-        raise DistillError(f"empty corpus: {src_path} and {tgt_path} have no lines")
-    if keep_blank:
-        return tuple([("" if i + 1 in blank else line) for i, line in enumerate(lines)]
-                     for lines, blank in ((lines, set(blank_line_numbers(lines))) for lines in (src_lines, tgt_lines)))
-    for side_path, lines in ((src_path, src_lines), (tgt_path, tgt_lines)):
-        blank = blank_line_numbers(lines)
-        if blank:
-            raise DistillError(
-                f"{side_path} has {len(blank)} blank line(s) or line(s) empty after normalisation "
-                f"(first at line {blank[0]}: {lines[blank[0] - 1]!r}; only whitespace, control or "
-                f"zero-width characters); remove those sentence pairs from both sides first"
-                + ("; or, where an official protocol keeps them in a test set, pass --keep-blank-test-lines"
-                   if split.startswith("test") else "")
-            )
-    return src_lines, tgt_lines
-
-
-def write_lines(path, lines):
-    # newline="\n": written exactly as given, whatever the platform
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for line in lines:
-            f.write(line + "\n")
 
 
 def describe_input(path):
@@ -142,6 +96,13 @@ def longest_training_side(bin_dir, src, tgt) -> int:
     return longest
 
 
+def training_pairs(bin_dir) -> int:
+    """The training pairs a prepared directory was made from, over-long ones included."""
+    with open(os.path.join(bin_dir, META_FILE), encoding="utf-8") as f:
+        meta = json.load(f)
+    return meta["sizes"]["train"] + len(meta.get("removed_over_long", {}).get("train", []))
+
+
 def differences(made_from, inputs, options, bin_dir=None):
     """What differs between the recorded ``made_from`` and the inputs and options of this run."""
     found = []
@@ -151,6 +112,10 @@ def differences(made_from, inputs, options, bin_dir=None):
                 longest_training_side(bin_dir, options["source_lang"], options["target_lang"]) <= new:
             # prepared before --max-length existed, keeping every pair: the same data as now
             # when none of them is longer
+            continue
+        if key == "subword_sample" and old is None and bin_dir is not None and training_pairs(bin_dir) <= new:
+            # prepared before --subword-sample existed, learning from every pair: the same model
+            # as now when there are no more pairs than the sample takes
             continue
         if old != new:
             found.append(f"{flag}: prepared with {old}, now {new}")
@@ -233,9 +198,12 @@ def learn_subword_nmt(train_text, codes_path, num_merges):
     return codes_path
 
 
-def fairseq_preprocess(src, tgt, tok_dir, bin_dir, test_names, workers, log_path, srcdict=None):
+def fairseq_preprocess(src, tgt, tok_dir, bin_dir, test_names, workers, log_path, srcdict=None,
+                       train_tokens=None):
     """Run fairseq-preprocess with its whole output (its options, dictionary sizes, progress) in
-    ``log_path``, named with its last lines if it fails."""
+    ``log_path``, named with its last lines if it fails. With ``train_tokens`` (the training
+    data's tokens, both sides, each sentence's ``</s>`` included), a line every half minute says
+    how far the training data's binarization is, from the bytes written so far."""
     cmd = [
         sys.executable, "-m", "fairseq_cli.preprocess",
         "--source-lang", src, "--target-lang", tgt,
@@ -249,12 +217,39 @@ def fairseq_preprocess(src, tgt, tok_dir, bin_dir, test_names, workers, log_path
     else:
         cmd += ["--joined-dictionary"]
     with open(log_path, "w", encoding="utf-8") as log:
-        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        if train_tokens:
+            progress = Progress("prepare", "binarizing train", unit="tokens", report=lambda line: print(line, flush=True))
+            while proc.poll() is None:
+                time.sleep(1)
+                written = binarized_tokens(bin_dir, src)
+                progress.update(written - progress.done, measure=written)
+                progress.measure_total = train_tokens
+        code = proc.wait()
     if code:
         with open(log_path, encoding="utf-8", errors="replace") as log:
             last = "".join(log.readlines()[-15:])
         raise DistillError(f"fairseq-preprocess failed (exit status {code}); the last lines of its log "
                            f"{log_path}:\n{last.rstrip()}")
+
+
+def binarized_tokens(bin_dir, src) -> int:
+    """The training tokens fairseq-preprocess has written so far (its workers' pieces included),
+    from the sizes of its ``.bin`` files: 2 bytes a token, or 4 with a dictionary of 65,500 types
+    or more."""
+    names = [n for n in os.listdir(bin_dir) if n.startswith("train") and n.endswith(".bin")]
+    dictionary = os.path.join(bin_dir, f"dict.{src}.txt")
+    width = 2
+    if os.path.exists(dictionary):
+        with open(dictionary, "rb") as f:
+            width = 2 if sum(1 for _ in f) + 4 < 65500 else 4
+    total = 0
+    for name in names:
+        try:
+            total += os.path.getsize(os.path.join(bin_dir, name))
+        except OSError:   # a worker's piece merged and removed meanwhile
+            pass
+    return total // width
 
 
 def check_binarized(bin_dir, tok_dir, src, tgt, sizes):
@@ -281,6 +276,44 @@ def check_sizes(data_utils, bin_dir, tok_dir, src, tgt, sizes):
                     f"lines; {os.path.join(tok_dir, f'{name}.{lang}')} must have one line per sentence")
 
 
+STAGING = ".prepare"   # OUT/.prepare: the checked text and the record of finished stages, until done
+
+
+def run_key(made_from) -> str:
+    """What a stage's output depends on: the options and each input's content."""
+    content = {"options": made_from["options"],
+               "inputs": {split: {lang: [d["size"], d["sha256"]] for lang, d in sides.items()}
+                          for split, sides in made_from["inputs"].items()}}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+class Stages:
+    """The finished stages of an unfinished preparation (``OUT/.prepare/stages.json``), kept only
+    for the same inputs and options, so that a rerun after an interruption goes on from there."""
+
+    def __init__(self, out: str, key: str, fresh: bool):
+        self.dir = os.path.join(out, STAGING)
+        self.path = os.path.join(self.dir, "stages.json")
+        self.key = key
+        self.done = {}
+        if not fresh and os.path.exists(self.path):
+            with open(self.path, encoding="utf-8") as f:
+                record = json.load(f)
+            if record.get("key") == key:
+                self.done = record["done"]
+            elif record.get("key"):
+                print(f"[prepare] the unfinished preparation in {out} was of other inputs or options: starting afresh")
+        if not self.done and os.path.isdir(self.dir):
+            shutil.rmtree(self.dir)
+        os.makedirs(self.dir, exist_ok=True)
+
+    def finish(self, stage: str, value=True):
+        self.done[stage] = value
+        with open(self.path + ".partial", "w", encoding="utf-8") as f:
+            json.dump({"key": self.key, "done": self.done}, f, indent=1)
+        os.replace(self.path + ".partial", self.path)
+
+
 def prepare(args):
     started = time.time()
     src, tgt = args.source_lang, args.target_lang
@@ -291,14 +324,18 @@ def prepare(args):
         splits.append((name, prefix))
         test_names.append(name)
     errors = getattr(args, "errors", "strict")
-    if getattr(args, "max_length", DEFAULT_MAX_LENGTH) < 1:
+    max_length = getattr(args, "max_length", DEFAULT_MAX_LENGTH)
+    sample = getattr(args, "subword_sample", DEFAULT_SUBWORD_SAMPLE)
+    if max_length < 1:
         raise DistillError(f"--max-length must be a positive number of subword tokens, got {args.max_length}")
     if args.vocab_size < 1:
         raise DistillError(f"--vocab-size must be a positive number, got {args.vocab_size}")
+    if sample < 1:
+        raise DistillError(f"--subword-sample must be a positive number of sentence pairs, got {sample}")
     options = {"source_lang": src, "target_lang": tgt, "bpe": args.bpe, "vocab_size": args.vocab_size,
                "spm_model_type": args.spm_model_type if args.bpe == "sentencepiece" else None,
-               "errors": errors, "splits": [name for name, _ in splits],
-               "max_length": getattr(args, "max_length", DEFAULT_MAX_LENGTH),
+               "errors": errors, "splits": [name for name, _ in splits], "max_length": max_length,
+               "subword_sample": sample,
                **({"keep_blank_test_lines": True} if getattr(args, "keep_blank_test_lines", False) else {})}
     keep_blank = set(test_names) if getattr(args, "keep_blank_test_lines", False) else set()
     inputs = {name: {lang: find_side(prefix, lang) for lang in (src, tgt)} for name, prefix in splits}
@@ -308,82 +345,80 @@ def prepare(args):
         check_reuse(args.out, meta_path, inputs, options)
         return meta_path
 
+    made_from = {"options": options,
+                 "inputs": {name: {lang: describe_input(inputs[name][lang]) for lang in (src, tgt)}
+                            for name, _ in splits}}
+    os.makedirs(args.out, exist_ok=True)
+    stages = Stages(args.out, run_key(made_from), fresh=args.force)
+    text = {name: tuple(os.path.join(stages.dir, f"{name}.{lang}") for lang in (src, tgt)) for name, _ in splits}
     # read and check everything before anything already there is replaced
-    made_from = {"options": options, "inputs": {}}
-    data = {}
     for name, prefix in splits:
-        data[name] = load_split(inputs[name][src], inputs[name][tgt], name, errors, name in keep_blank)
-        made_from["inputs"][name] = {lang: describe_input(inputs[name][lang]) for lang in (src, tgt)}
-        print(f"[prepare] {name}: {len(data[name][0]):,} sentence pairs from {prefix}")
+        key = f"checked {name}"
+        if key not in stages.done:
+            stages.finish(key, check_split(inputs[name][src], inputs[name][tgt], name, text[name], errors,
+                                           name in keep_blank))
+        print(f"[prepare] {name}: {stages.done[key]:,} sentence pairs from {prefix}")
+    pairs = {name: stages.done[f"checked {name}"] for name, _ in splits}
 
     raw_dir, tok_dir, bin_dir = (os.path.join(args.out, d) for d in ("raw", "tok", "bin"))
-    if os.path.isdir(bin_dir):
-        shutil.rmtree(bin_dir)
-    for d in (raw_dir, tok_dir, bin_dir):
-        os.makedirs(d, exist_ok=True)
-    # the subword model learns from the text as it will be segmented (whitespace normalised)
-    train_text = os.path.join(bin_dir, "train.subword-input.txt")
-    write_lines(train_text, [normalize_whitespace(line) for side in data["train"] for line in side])
+    if "subword model" not in stages.done:
+        if os.path.isdir(bin_dir):
+            shutil.rmtree(bin_dir)
+        os.makedirs(bin_dir)
+        # the subword model learns from the text as it will be segmented (whitespace normalised)
+        train_text = os.path.join(stages.dir, "train.subword-input.txt")
+        taken = write_subword_sample(text["train"], pairs["train"], sample, train_text)
+        if args.bpe == "sentencepiece":
+            train_sentencepiece(train_text, os.path.join(bin_dir, "sentencepiece"), args.vocab_size,
+                                args.spm_model_type)
+        else:
+            learn_subword_nmt(train_text, os.path.join(bin_dir, "bpe.codes"), args.vocab_size)
+        os.remove(train_text)
+        stages.finish("subword model", taken)
+    taken = stages.done["subword model"]
+    of = "" if taken == pairs["train"] else f", learned from {taken:,} evenly spaced training pairs (--subword-sample)"
+    print(f"[prepare] learned a joint {args.bpe} model (size {args.vocab_size}{of})")
     if args.bpe == "sentencepiece":
-        model = train_sentencepiece(
-            train_text, os.path.join(bin_dir, "sentencepiece"), args.vocab_size, args.spm_model_type
-        )
-        encode = Segmenter("sentencepiece", model).encode_lines
+        kind, model = "sentencepiece", os.path.join(bin_dir, "sentencepiece.model")
         bpe_meta = {"bpe": "sentencepiece", "sentencepiece_model": "sentencepiece.model"}
     else:
-        codes = learn_subword_nmt(train_text, os.path.join(bin_dir, "bpe.codes"), args.vocab_size)
-        encode = Segmenter("subword_nmt", codes).encode_lines
+        kind, model = "subword_nmt", os.path.join(bin_dir, "bpe.codes")
         bpe_meta = {"bpe": "subword_nmt", "bpe_codes": "bpe.codes"}
-    os.remove(train_text)
-    print(f"[prepare] learned a joint {args.bpe} model (size {args.vocab_size})")
 
-    max_length = getattr(args, "max_length", DEFAULT_MAX_LENGTH)
-    removed, blank_kept = {}, {}
-    for name, (src_lines, tgt_lines) in list(data.items()):
-        pieces = {}
-        for lang, lines in ((src, src_lines), (tgt, tgt_lines)):
-            pieces[lang] = encode(lines)
-            # a line the subword model's own normalisation empties would binarize as </s> alone
-            empty = [i + 1 for i, p in enumerate(pieces[lang]) if not p.strip()]
-            if empty and name in keep_blank:
-                pieces[lang] = [p if p.strip() else "" for p in pieces[lang]]
-                blank_kept[name] = sorted(set(blank_kept.get(name, [])) | set(empty))
+    for d in (raw_dir, tok_dir):
+        os.makedirs(d, exist_ok=True)
+    pool = None
+    if args.workers > 1 and any(f"segmented {name}" not in stages.done for name, _ in splits):
+        import multiprocessing
+
+        pool = multiprocessing.get_context("fork").Pool(args.workers)
+    try:
+        for name, _ in splits:
+            if f"segmented {name}" in stages.done:
                 continue
-            if empty:
-                raise DistillError(
-                    f"{inputs[name][lang]} has {len(empty)} line(s) empty after normalisation by the "
-                    f"{args.bpe} model (first at line {empty[0]}: {lines[empty[0] - 1]!r}); remove those "
-                    f"sentence pairs from both sides first")
-        keep, long_lines = over_long_pairs(pieces[src], pieces[tgt], max_length)
-        if long_lines:
-            if name != "train":
-                line, n = long_lines[0]
-                raise DistillError(
-                    f"{inputs[name][src]} / {inputs[name][tgt]}: line {line} has {n} subword tokens, more than "
-                    f"--max-length {max_length} ({len(long_lines)} such line(s) in this {name} set); an "
-                    f"evaluation set is never shortened: split those sentences or raise --max-length")
-            listed = first_few(line for line, _ in long_lines)
-            print(f"[prepare] {name}: removed {len(long_lines):,} sentence pair(s) with a side longer than "
-                  f"--max-length {max_length} subword tokens (lines {listed}; the longest has "
-                  f"{max(n for _, n in long_lines):,}); they are listed in {META_FILE}")
-            removed[name] = [line for line, _ in long_lines]
-            src_lines, tgt_lines = [src_lines[i] for i in keep], [tgt_lines[i] for i in keep]
-            data[name] = (src_lines, tgt_lines)
-            pieces = {lang: [pieces[lang][i] for i in keep] for lang in (src, tgt)}
-        for lang, lines in ((src, src_lines), (tgt, tgt_lines)):
-            write_lines(os.path.join(raw_dir, f"{name}.{lang}"), lines)
-            write_lines(os.path.join(tok_dir, f"{name}.{lang}"), pieces[lang])
-        if name == "train":
-            per_sentence = sum(len(p.split()) for p in pieces[src]) / max(len(pieces[src]), 1)
+            outputs = {d: tuple(os.path.join(root, f"{name}.{lang}") for lang in (src, tgt))
+                       for d, root in (("raw", raw_dir), ("tok", tok_dir))}
+            stages.finish(f"segmented {name}", segment_split(
+                name, text[name], (inputs[name][src], inputs[name][tgt]), kind, model, outputs, max_length,
+                name in keep_blank, pairs[name], pool, args.workers))
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+    segmented = {name: stages.done[f"segmented {name}"] for name, _ in splits}
+    per_sentence = segmented["train"]["source_tokens"] / max(segmented["train"]["pairs"], 1)
     print(f"[prepare] segmented every split into {tok_dir} (train: {per_sentence:.1f} {src} subword "
           f"tokens per sentence)")
+    blank_kept = {name: result["blank"] for name, result in segmented.items() if result["blank"]}
     for name, lines in blank_kept.items():
         print(f"[prepare] {name}: kept {len(lines):,} blank line(s) in place, as empty sentences (lines "
               f"{first_few(lines)}; --keep-blank-test-lines): each is scored as its line's empty reference")
 
     log_path = os.path.join(args.out, "preprocess.log")
-    fairseq_preprocess(src, tgt, tok_dir, bin_dir, test_names, args.workers, log_path)
-    sizes = {name: len(lines[0]) for name, lines in data.items()}
+    train = segmented["train"]
+    fairseq_preprocess(src, tgt, tok_dir, bin_dir, test_names, args.workers, log_path,
+                       train_tokens=train["source_tokens"] + train["target_tokens"] + 2 * train["pairs"])
+    sizes = {name: result["pairs"] for name, result in segmented.items()}
     check_binarized(bin_dir, tok_dir, src, tgt, sizes)
     with open(os.path.join(bin_dir, f"dict.{src}.txt"), encoding="utf-8") as f:
         types = sum(1 for _ in f)
@@ -402,11 +437,15 @@ def prepare(args):
         **bpe_meta,
         "raw": {name: {lang: f"raw/{name}.{lang}" for lang in (src, tgt)} for name in ["valid"] + test_names},
         "sizes": sizes,
-        "removed_over_long": removed,  # 1-based input line numbers of the pairs left out
+        # 1-based input line numbers of the pairs left out
+        "removed_over_long": {name: result["removed"] for name, result in segmented.items() if result["removed"]},
         "blank_test_lines": blank_kept,  # 1-based lines kept as empty sentences (--keep-blank-test-lines)
+        "subword_sample": {"pairs": taken, "of": pairs["train"]},
         "made_from": made_from,
     }
-    with open(meta_path, "w", encoding="utf-8") as f:
+    with open(meta_path + ".partial", "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=2)
+    os.replace(meta_path + ".partial", meta_path)
+    shutil.rmtree(stages.dir)
     print(f"[prepare] done in {time.time() - started:.0f}s: {bin_dir}")
     return meta_path

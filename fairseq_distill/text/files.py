@@ -14,7 +14,7 @@ import hashlib
 import sys
 import unicodedata
 import zlib
-from typing import List
+from typing import Iterator, List
 
 from fairseq_distill.errors import DistillError
 
@@ -112,6 +112,55 @@ def read_lines(path: str, errors: str = "strict", warn=None, what: str = "", off
     """The lines of a UTF-8 text file (``.gz`` decompressed, ``-`` standard input);
     ``offers_replace`` as in :func:`split_lines`."""
     return split_lines(read_bytes(path, what), path, errors, warn, offers_replace)
+
+
+def iter_lines(path: str, errors: str = "strict", warn=None, what: str = "",
+               offers_replace: bool = True) -> Iterator[str]:
+    """The lines of :func:`read_lines`, one at a time, for files too large to hold: the same line
+    ends, the same errors (naming the line and byte) and the same one warning for ``replace``."""
+    if errors not in ERRORS:
+        raise DistillError(f"unknown --errors '{errors}'; choose one of {', '.join(ERRORS)}")
+    warned = False
+    try:
+        handle = sys.stdin.buffer if path == STDIN else (gzip.open(path, "rb") if path.endswith(".gz")
+                                                          else open(path, "rb"))
+    except OSError as e:
+        role = f"{what.strip()} " if what.strip() else ""
+        raise DistillError(f"cannot read {role}'{path}': {e.strerror or e}") from e
+    try:
+        for number, raw in enumerate(handle, 1):
+            data = raw[:-1] if raw.endswith(b"\n") else raw
+            if data.endswith(b"\r"):
+                data = data[:-1]
+            try:
+                yield data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                if errors == "strict":
+                    other = ("pass --errors replace to read invalid bytes as U+FFFD" if offers_replace else
+                             "drop the invalid bytes (iconv -c -f UTF-8 -t UTF-8 FILE > FIXED)")
+                    bad = data[e.start:e.end].hex(" ")
+                    raise DistillError(
+                        f"{describe(path)}: line {number} is not valid UTF-8 (byte {e.start + 1} of the line: "
+                        f"{bad}); convert the file to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8), or {other}") from e
+                if warn is not None and not warned:
+                    warn(f"{describe(path)}: invalid UTF-8 replaced by U+FFFD (first at line {number})")
+                    warned = True
+                yield data.decode("utf-8", "replace")
+    except OSError as e:
+        if isinstance(e, gzip.BadGzipFile):
+            raise DistillError(f"{path} is not a valid gzip file ({e}); give it uncompressed "
+                               f"without the .gz ending, or compress it again with gzip") from e
+        raise
+    except EOFError as e:
+        raise DistillError(f"{path} is a truncated gzip file: it ends before its compressed "
+                           f"stream does (an interrupted download or copy?); `gzip -t {path}` "
+                           f"confirms it; fetch or compress it again") from e
+    except zlib.error as e:
+        raise DistillError(f"{path} is a corrupt gzip file ({e}); `gzip -t {path}` confirms it; "
+                           f"fetch or compress it again") from e
+    finally:
+        if path != STDIN:
+            handle.close()
 
 
 def file_sha256(path: str) -> str:

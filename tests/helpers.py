@@ -172,3 +172,24 @@ def assert_weighted_sum(loss, logs, weights, rel=1e-5):
 
     want = sum(weight * logs[name] for name, weight in weights.items())
     assert loss.item() == pytest.approx(want.item(), rel=rel)
+
+
+def reverse_train(data_bin):
+    """Binarize ``data_bin``'s train set again in place with its sentences in reverse order: other
+    data of the same size, dictionaries and token count, at the same path."""
+    from fairseq.data import Dictionary, data_utils, indexed_dataset
+
+    for name in sorted(os.listdir(data_bin)):
+        if not (name.startswith("train.") and name.endswith(".bin")):
+            continue
+        prefix = os.path.join(data_bin, name[:-4])
+        vocab = len(Dictionary.load(os.path.join(data_bin, f"dict.{name.split('.')[2]}.txt")))
+        dataset = data_utils.load_indexed_dataset(prefix, None)
+        items = [dataset[i].numpy().copy() for i in range(len(dataset))][::-1]
+        del dataset
+        builder = indexed_dataset.make_builder(prefix + ".new.bin", impl="mmap", vocab_size=vocab)
+        for item in items:
+            builder.add_item(torch.from_numpy(item))
+        builder.finalize(prefix + ".new.idx")
+        for ext in ("bin", "idx"):
+            os.replace(f"{prefix}.new.{ext}", f"{prefix}.{ext}")

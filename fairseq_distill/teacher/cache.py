@@ -63,7 +63,7 @@ class CacheMeta:
 
     teachers: List[str]          # absolute checkpoint paths, ensemble order
     teacher_digests: List[str]   # SHA-256 of each checkpoint file
-    data: str                    # absolute path of the binarized data directory
+    data: str                    # absolute path of the binarized data directory (where it was made)
     subset: str
     source_lang: str
     target_lang: str
@@ -83,6 +83,9 @@ class CacheMeta:
     # each array file's size in bytes, written with meta.json last: a reader checks them (absent
     # from caches made before the check)
     array_bytes: dict = field(default_factory=dict)
+    # the content digest of the data's dictionaries and binarized subset (fairseq_distill.data_bin;
+    # empty in caches made before it was recorded)
+    data_sha256: str = ""
 
     def save(self, directory: str):
         tmp = os.path.join(directory, META_FILE + ".tmp")

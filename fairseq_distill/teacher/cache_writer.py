@@ -11,7 +11,9 @@ over a subset, teacher-forced on its targets as training feeds them, and keep th
 A shard appends its rows to raw files in ``OUT/shards`` in the order it meets its
 sentences and writes a ``.done`` record (its sentence ids and settings) last, so a shard
 exists only once it is complete. The merge checks that every sentence came exactly once
-from shards made with the same settings, and moves the rows to corpus order.
+from shards made with the same settings and teachers, each from ``--data`` itself (the content
+digest of its binarized files, :mod:`fairseq_distill.data_bin`), and moves the rows to corpus
+order; a rerun makes again a shard of other data, saying so.
 
 A cache is never half-written where it is read: the merge writes its arrays beside any earlier
 ones (``*.partial``), checks the disk has room first, removes the earlier ``meta.json``, moves
@@ -34,6 +36,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from fairseq_distill.data_bin import data_digest, short
 from fairseq_distill.errors import DistillError
 from fairseq_distill.losses import ensemble_log_probs
 from fairseq_distill.text.files import file_sha256
@@ -116,20 +119,44 @@ def shard_prefix(job: CacheJob, shard_id: int) -> str:
     return os.path.join(job.out, "shards", f"shard{shard_id}-of-{job.num_shards}")
 
 
-def finished_shard(job: CacheJob, shard_id: int) -> bool:
-    """Whether the shard's ``.done`` record (written last) exists, from these settings and
-    teachers (by SHA-256): a rerun keeps such a shard."""
+def job_data_digest(job: CacheJob, task) -> str:
+    """The content digest of the subset the job reads (:func:`fairseq_distill.data_bin.data_digest`)."""
+    return data_digest(job.data, job.subset, task.cfg.source_lang, task.cfg.target_lang)
+
+
+def other_data(job: CacheJob, shard_id: int, record: dict, digest: str) -> str:
+    """Why shard ``shard_id`` was made from other data than ``job.data`` ('' if it was not)."""
+    if record.get("data_sha256") == digest:
+        return ""
+    made = (f"its record holds no digest of its data (made by an earlier version, from {record.get('data')})"
+            if not record.get("data_sha256") else
+            f"{record.get('data')} with binarized files of digest {short(record.get('data_sha256'))}; --data has "
+            f"{short(digest)}")
+    return (f"shard {shard_id} of {job.num_shards} ({shard_prefix(job, shard_id)}.done) was made from other data "
+            f"than --data {job.data}: {made} (another data directory, or these data binarized again since)")
+
+
+def finished_shard(job: CacheJob, shard_id: int, digest: str) -> bool:
+    """Whether the shard's ``.done`` record (written last) exists, from these settings, data (by
+    the content of the binarized files) and teachers (by SHA-256): a rerun keeps such a shard;
+    one of other data is made again, saying so."""
     done = shard_prefix(job, shard_id) + ".done"
     if not os.path.isfile(done):
         return False
     with open(done) as f:
         record = json.load(f)
-    return (record.get("settings") == json.loads(json.dumps(job.settings()))
-            and record.get("data") == os.path.abspath(job.data)
-            and record.get("teacher_digests") == [file_sha256(p) for p in job.teacher.split(":")])
+    if (record.get("settings") != json.loads(json.dumps(job.settings()))
+            or record.get("teacher_digests") != [file_sha256(p) for p in job.teacher.split(":")]):
+        return False
+    stale = other_data(job, shard_id, record, digest)
+    if stale:
+        print(f"[cache] shard {shard_id}/{job.num_shards}: made again: it was made from other data: {stale}",
+              file=sys.stderr)
+        return False
+    return True
 
 
-def make_shard(job: CacheJob, task, dataset, shard_id: int) -> dict:
+def make_shard(job: CacheJob, task, dataset, shard_id: int, digest: str) -> dict:
     """Run the teachers over one shard's batches and append their top-k rows to its files."""
     from fairseq_distill.teacher.frozen import TeacherEnsemble
 
@@ -175,7 +202,7 @@ def make_shard(job: CacheJob, task, dataset, shard_id: int) -> dict:
     bar.close()
     seconds = time.time() - started
     record = {"ids": ids, "tokens": tokens, "seconds": round(seconds, 1), "settings": job.settings(),
-              "data": os.path.abspath(job.data),
+              "data": os.path.abspath(job.data), "data_sha256": digest,
               "teachers": [os.path.abspath(p) for p in teachers.paths],
               "teacher_digests": [file_sha256(p) for p in teachers.paths], "vocab_size": vocab}
     with open(prefix + ".done.tmp", "w") as f:
@@ -186,7 +213,7 @@ def make_shard(job: CacheJob, task, dataset, shard_id: int) -> dict:
     return record
 
 
-def read_shards(job: CacheJob, n_sentences: int) -> List[dict]:
+def read_shards(job: CacheJob, n_sentences: int, digest: str) -> List[dict]:
     records = []
     for shard_id in range(job.num_shards):
         done = shard_prefix(job, shard_id) + ".done"
@@ -196,6 +223,10 @@ def read_shards(job: CacheJob, n_sentences: int) -> List[dict]:
         with open(done) as f:
             record = json.load(f)
         record["shard_id"] = shard_id
+        stale = other_data(job, shard_id, record, digest)
+        if stale:  # compared with --data, not only with the other shards
+            raise DistillError(f"{stale}; make it again: --shard-id {shard_id} with --teacher and this --data "
+                               f"(or merge with the --data it was made from)")
         records.append(record)
     first = records[0]
     for record in records[1:]:
@@ -216,10 +247,10 @@ def read_shards(job: CacheJob, n_sentences: int) -> List[dict]:
     return records
 
 
-def merge_shards(job: CacheJob, dataset, task) -> CacheMeta:
+def merge_shards(job: CacheJob, dataset, task, digest: str) -> CacheMeta:
     """Move every shard's rows to corpus order in new arrays beside the old, then switch: the
     old ``meta.json`` goes first, the arrays move into place, the new ``meta.json`` comes last."""
-    records = read_shards(job, len(dataset))
+    records = read_shards(job, len(dataset), digest)
     settings, vocab = records[0]["settings"], records[0]["vocab_size"]
     sizes = np.asarray(dataset.tgt_sizes, dtype=np.int64)
     offsets = offsets_from_sizes(sizes)
@@ -255,7 +286,7 @@ def merge_shards(job: CacheJob, dataset, task) -> CacheMeta:
             os.fsync(f.fileno())
     meta = CacheMeta(
         teachers=records[0]["teachers"], teacher_digests=records[0]["teacher_digests"],
-        data=os.path.abspath(job.data), subset=settings["subset"],
+        data=os.path.abspath(job.data), data_sha256=digest, subset=settings["subset"],
         source_lang=task.cfg.source_lang, target_lang=task.cfg.target_lang,
         sentences=len(dataset), tokens=rows, target_sizes_digest=sizes_digest(dataset.tgt_sizes),
         source_sizes_digest=sizes_digest(dataset.src_sizes),
@@ -274,7 +305,7 @@ def merge_shards(job: CacheJob, dataset, task) -> CacheMeta:
     return meta
 
 
-def finished_cache(job: CacheJob, dataset) -> Optional[CacheMeta]:
+def finished_cache(job: CacheJob, dataset, digest: str) -> Optional[CacheMeta]:
     """The cache already in ``job.out``, if it is whole and was made from this job's teachers,
     data and settings: a rerun keeps it."""
     from fairseq_distill.teacher.cache import TeacherCache
@@ -288,7 +319,7 @@ def finished_cache(job: CacheJob, dataset) -> Optional[CacheMeta]:
     meta = cache.meta
     same = (meta.teacher_digests == [file_sha256(p) for p in job.teacher.split(":")]
             and meta.subset == job.subset and meta.top_k == job.top_k and meta.temperature == job.temperature
-            and meta.value_dtype == job.dtype and meta.sentences == len(dataset)
+            and meta.value_dtype == job.dtype and meta.sentences == len(dataset) and meta.data_sha256 == digest
             and meta.target_sizes_digest == sizes_digest(dataset.tgt_sizes)
             and meta.source_sizes_digest == sizes_digest(dataset.src_sizes))
     return meta if same else None
@@ -328,8 +359,9 @@ def make_teacher_cache(job: CacheJob) -> Optional[CacheMeta]:
 
 def make_locked(job: CacheJob, task, dataset) -> Optional[CacheMeta]:
     """:func:`make_teacher_cache` once the directory is locked."""
+    digest = job_data_digest(job, task)
     if not job.merge and job.shard_id is None:
-        done = finished_cache(job, dataset)
+        done = finished_cache(job, dataset, digest)
         if done is not None:
             print(f"[cache] {job.out} is already a finished cache of this teacher, data and settings "
                   f"({done.sentences:,} sentences); nothing to do", file=sys.stderr)
@@ -339,14 +371,14 @@ def make_locked(job: CacheJob, task, dataset) -> Optional[CacheMeta]:
             raise DistillError("--teacher is required to make a cache (or pass --merge to merge shards)")
         shard_ids = [job.shard_id] if job.shard_id is not None else range(job.num_shards)
         for shard_id in shard_ids:
-            if finished_shard(job, shard_id):
+            if finished_shard(job, shard_id, digest):
                 print(f"[cache] shard {shard_id}/{job.num_shards}: kept from an earlier run with the same "
-                      f"settings and teacher ({shard_prefix(job, shard_id)}.done)", file=sys.stderr)
+                      f"settings, teacher and data ({shard_prefix(job, shard_id)}.done)", file=sys.stderr)
                 continue
-            make_shard(job, task, dataset, shard_id)
+            make_shard(job, task, dataset, shard_id, digest)
         if len(shard_ids) != job.num_shards:
             return None  # one shard of many: merge later
-    meta = merge_shards(job, dataset, task)
+    meta = merge_shards(job, dataset, task, digest)
     size = cache_size_bytes(job.out)
     print(f"[cache] {job.out}: {meta.sentences:,} sentences, {meta.tokens:,} target tokens, K = {meta.top_k}, "
           f"τ = {meta.temperature}, {meta.value_dtype}/{meta.index_dtype}; {size / 1e6:.1f} MB "

@@ -114,7 +114,7 @@ def clamp_stats(crit, model, sample) -> dict:
 def clamp_during_training(data, teacher, student_flags, updates: int) -> list:
     """:func:`clamp_stats` of the rowwise form at β = 0.01 (its weight before issue 48) on one
     batch, at initialisation and after training ``updates`` updates on the corpus."""
-    from gpu_bench import middle_batch
+    from bench.gpu.training import middle_batch
 
     task, model, crit, trainer = build(data, teacher, student_flags, ["--a2d-kl-mode", "rowwise", "--a2d-weight",
                                                                       "0.01", "--a2d-decay-schedule", "epoch"],
@@ -158,7 +158,7 @@ def first_sentences(task, n: int):
 def measure(data, teacher, student_flags, max_tokens, sentences=None, forms=FORMS):
     """Each form's shares on one batch: the middle batch of ``max_tokens`` (a corpus's own
     shapes), or the first ``sentences`` sentences."""
-    from gpu_bench import middle_batch
+    from bench.gpu.training import middle_batch
 
     rows = {}
     for name, flags in forms.items():
@@ -172,7 +172,8 @@ def synthetic(work, label, vocab, sentences, mean_length, teacher_spec, sigma=0.
     """A synthetic corpus and a random teacher checkpoint for it."""
     from types import SimpleNamespace
 
-    from gpu_bench import save_random_teacher, write_synthetic_corpus
+    from bench.gpu.synthetic import write_synthetic_corpus
+    from bench.gpu.training import save_random_teacher
 
     data = os.path.join(work, label)
     write_synthetic_corpus(data, vocab, sentences, mean_length, max_length=4 * int(mean_length) + 8, sigma=sigma)
@@ -190,7 +191,7 @@ def model_flags(layers, dim, ffn, heads, dropout=0.1):
 
 
 class Spec:
-    """What gpu_bench.save_random_teacher needs of a model: its flags."""
+    """What bench.gpu.training.save_random_teacher needs of a model: its flags."""
 
     def __init__(self, flags):
         self._flags = flags

@@ -19,7 +19,9 @@ import time
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(BENCH))
 
-from bench import gpu_bench  # noqa: E402
+from bench.gpu.plan import plan  # noqa: E402
+from bench.gpu.synthetic import write_synthetic_corpus  # noqa: E402
+from bench.gpu.training import save_random_teacher  # noqa: E402
 
 
 def configurations(cores: int):
@@ -54,15 +56,15 @@ def main(argv=None):
 
     from fairseq_distill.deploy.ctranslate2_export import export_ctranslate2
 
-    teachers, _, _, budget, _ = gpu_bench.plan("cpu-decoding-smoke" if args.smoke else "cpu-decoding")
+    teachers, _, _, budget, _ = plan("cpu-decoding-smoke" if args.smoke else "cpu-decoding")
     spec, cores = teachers[0], os.cpu_count() or 1
     rows = list(configurations(cores))
     with tempfile.TemporaryDirectory(prefix="ct2-threads-") as work:
         data = os.path.join(work, "data")
-        sources = gpu_bench.write_synthetic_corpus(data, budget.vocab, budget.train_sentences, budget.mean_length,
-                                                   budget.max_length)[:args.sentences]
+        sources = write_synthetic_corpus(data, budget.vocab, budget.train_sentences, budget.mean_length,
+                                         budget.max_length)[:args.sentences]
         checkpoint = os.path.join(work, "teacher", "checkpoint.pt")
-        gpu_bench.save_random_teacher(spec, data, budget, False, checkpoint)
+        save_random_teacher(spec, data, budget, False, checkpoint)
         export = os.path.join(work, "ct2")
         export_ctranslate2(checkpoint, data, export, "float32", force=True)
         # length-sorted, as fsd-seqkd's CTranslate2 backend hands sentences over

@@ -30,6 +30,7 @@ import torch  # noqa: E402
 from fairseq_distill.trainer_setup import build_training, first_batch  # noqa: E402
 from bench.runner.execute import finished_recipe  # noqa: E402
 from bench.runner.host import HEAP_MALLOC  # noqa: E402
+from bench.runner.memory import peak_memory, reset_peak_memory  # noqa: E402
 from bench.runner.plan import flags  # noqa: E402
 from analysis import is_current, made_from  # noqa: E402
 
@@ -47,30 +48,6 @@ def time_step(data, train_flags, warmup, steps, max_tokens):
         if i >= warmup:
             times.append(time.perf_counter() - started)
     return statistics.median(times), sample["ntokens"], peak_memory() - before
-
-
-def _status_kib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def reset_peak_memory() -> int:
-    """Reset the peak counter; returns the current usage in bytes."""
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
-        return torch.cuda.memory_allocated()
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # resets VmHWM to the current resident set (Linux)
-    return _status_kib("VmRSS") * 1024
-
-
-def peak_memory() -> int:
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated()
-    return _status_kib("VmHWM") * 1024
 
 
 def measure_one(args):

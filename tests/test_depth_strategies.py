@@ -5,8 +5,9 @@ import re
 import pytest
 
 from helpers import python_module, run
-from fairseq_distill.depth.strategies import (STRATEGIES, DepthError, average_layer_distance, plan,
-                                              supported_depths, task_balance)
+from fairseq_distill.depth.strategies import (STRATEGIES, DepthError, average_layer_distance, parse_depths, plan,
+                                              subnetworks, supported_depths, task_balance)
+from fairseq_distill.errors import DistillError
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -66,6 +67,21 @@ def test_restricted_depths_and_errors():
         supported_depths(12, [4, 5], "encoder")
     with pytest.raises(DepthError, match="unknown depth strategy 'middle'"):
         plan(12, [1], "middle")
+
+
+def test_depths_and_subnetworks_from_a_models_options():
+    from argparse import Namespace
+
+    assert parse_depths("1, 2,4") == [1, 2, 4] and parse_depths([3, "6"]) == [3, 6]
+    assert parse_depths(None) is None and parse_depths("") is None and parse_depths([]) is None
+    with pytest.raises(DistillError, match="depths must be comma-separated integers, got '2,x'"):
+        parse_depths("2,x")
+    options = Namespace(encoder_layers=6, decoder_layers=4, encoder_depths="2,6", decoder_depths=None,
+                        depth_strategy="left")
+    assert subnetworks(options, "encoder") == {2: [0, 3], 6: [0, 1, 2, 3, 4, 5]}
+    assert subnetworks(options, "decoder") == {1: [0], 2: [0, 2], 4: [0, 1, 2, 3]}
+    with pytest.raises(DistillError, match=r"encoder depth\(s\) \[4\] not supported by 6 layers"):
+        subnetworks(Namespace(encoder_layers=6, encoder_depths="4"), "encoder")
 
 
 @pytest.mark.slow

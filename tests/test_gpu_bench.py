@@ -1,5 +1,6 @@
-"""bench/gpu_bench.py: without CUDA it says so, exits 0 and writes nothing; --cpu-smoke runs its
-measuring code on the CPU at tiny sizes and writes the JSON and Markdown; its pure parts."""
+"""bench/gpu_bench.py (its code: the package bench/gpu/): without CUDA it says so, exits 0 and
+writes nothing; --cpu-smoke runs its measuring code on the CPU at tiny sizes and writes the JSON
+and Markdown; its pure parts."""
 import json
 import subprocess
 import os
@@ -13,6 +14,7 @@ from helpers import REPO, run
 SCRIPT = os.path.join(REPO, "bench", "gpu_bench.py")
 sys.path.insert(0, REPO)
 from bench import gpu_bench  # noqa: E402
+from bench.gpu import plan, report, synthetic, training  # noqa: E402
 
 
 @pytest.mark.slow
@@ -74,7 +76,7 @@ def test_cpu_smoke_measures_every_row_and_writes_json_and_markdown(tmp_path):
     assert check["returncode"] == 0 and "no CUDA device" in check["last_lines"][-1]
 
     md = (out / "gpu_bench.md").read_text()
-    assert md == gpu_bench.render_markdown(result)
+    assert md == report.render_markdown(result)
     for heading in ("## Models", "## Training step", "## Seq-KD decoding", "## scripts/gpu_check", "## Failures"):
         assert heading in md
     assert md.count("| student-2+1 | cached |") == 2 and "| teacher-big | ctranslate2 int8 |" in md
@@ -120,17 +122,17 @@ def _result(**changes):
 
 def test_ratios_failures_and_markdown_from_a_hand_made_result():
     result = _result()
-    gpu_bench.add_ratios(result)
+    report.add_ratios(result)
     none, online, cached = result["training"]
     assert none["time_vs_no_kd"] == 1.0 and online["time_vs_no_kd"] == 2.5 and online["memory_vs_no_kd"] == 1.5
     assert cached["time_vs_no_kd"] is None  # a failed row has no ratio
     ct2 = result["decoding"][2]
     assert ct2["ratios"] == {"fairseq float32": 8.0, "fairseq float16": 4.0}
 
-    assert gpu_bench.failures(result) == [
+    assert report.failures(result) == [
         "training: s t cached fp16: RuntimeError: CUDA out of memory", "gpu_check: exit status 1"]
 
-    md = gpu_bench.render_markdown(result)
+    md = report.render_markdown(result)
     assert md.startswith("# GPU benchmark (`bench/gpu_bench.py`)\n\nNVIDIA H100; ")
     assert "| s | transformer_iwslt_de_en | 2+2, d=512 | 1,234,567 |" in md
     assert "| t | transformer_iwslt_de_en | 6+6, d=512 | - |" in md  # unknown parameter count
@@ -151,22 +153,22 @@ def test_a_timed_out_gpu_check_and_a_failed_decoder_are_failures():
                                 "error": "timed out after 420 s", "seconds": 420.0, "last_lines": []})
     result["training"] = result["training"][:2]
     result["decoding"][2] = {"teacher": "t", "backend": "ctranslate2 int8_float16", "error": "ValueError: no"}
-    gpu_bench.add_ratios(result)
-    assert gpu_bench.failures(result) == ["decoding: t ctranslate2 int8_float16: ValueError: no",
+    report.add_ratios(result)
+    assert report.failures(result) == ["decoding: t ctranslate2 int8_float16: ValueError: no",
                                           "gpu_check: exit status None: timed out after 420 s"]
-    md = gpu_bench.render_markdown(result)
+    md = report.render_markdown(result)
     assert "| t | ctranslate2 int8_float16 | failed: ValueError: no |" in md
     assert "exit status None (timed out after 420 s)" in md
 
 
 def test_gpu_plan_is_the_papers_sizes():
-    teachers, students, precisions, budget, compute_types = gpu_bench.plan("full")
+    teachers, students, precisions, budget, compute_types = plan.plan("full")
     assert [(t.arch, t.shape()) for t in teachers] == [
         ("transformer_iwslt_de_en", "6+6, d=512, ffn=1024, 4 heads"),
         ("transformer_vaswani_wmt_en_de_big", "6+6, d=1024, ffn=4096, 16 heads")]
     assert [s.shape() for s in students] == ["2+2, d=512, ffn=1024, 4 heads", "3+3, d=512, ffn=1024, 4 heads"]
     assert precisions == ["fp16", "bf16"] and compute_types == ["float16", "int8_float16"] and budget.beam == 4
-    quick = gpu_bench.plan("quick")[3]
+    quick = plan.plan("quick")[3]
     assert quick.steps < budget.steps and quick.decode_sentences < budget.decode_sentences
     flags = teachers[1].flags()
     assert flags[flags.index("--encoder-embed-dim") + 1] == "1024" and "--share-all-embeddings" in flags
@@ -175,7 +177,7 @@ def test_gpu_plan_is_the_papers_sizes():
 def test_synthetic_corpus_is_binarized_with_one_dictionary(tmp_path):
     from fairseq.data import Dictionary, data_utils
 
-    sources = gpu_bench.write_synthetic_corpus(str(tmp_path), vocab=50, sentences=30, mean_length=8, max_length=20)
+    sources = synthetic.write_synthetic_corpus(str(tmp_path), vocab=50, sentences=30, mean_length=8, max_length=20)
     src_dict = Dictionary.load(str(tmp_path / "dict.de.txt"))
     assert len(src_dict) == 50 and src_dict == Dictionary.load(str(tmp_path / "dict.en.txt"))
     for lang in ("de", "en"):
@@ -196,18 +198,18 @@ def test_bf16_trains_in_process_without_the_tpu_fairseq_implies(tmp_path):
     run here)."""
     from fairseq_distill.trainer_setup import training_config
 
-    teachers, students, _, budget, _ = gpu_bench.plan("cpu-smoke")
+    teachers, students, _, budget, _ = plan.plan("cpu-smoke")
     data, teacher = str(tmp_path / "data"), str(tmp_path / "teacher" / "checkpoint.pt")
-    gpu_bench.write_synthetic_corpus(data, budget.vocab, budget.train_sentences, budget.mean_length,
+    synthetic.write_synthetic_corpus(data, budget.vocab, budget.train_sentences, budget.mean_length,
                                      budget.max_length)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        assert gpu_bench.save_random_teacher(teachers[0], data, budget, False, teacher) > 0
-        argv = [*gpu_bench.common_flags(data, budget, False), "--task", "translation_distill", *students[0].flags(),
+        assert training.save_random_teacher(teachers[0], data, budget, False, teacher) > 0
+        argv = [*training.common_flags(data, budget, False), "--task", "translation_distill", *students[0].flags(),
                 "--criterion", "word_kd", "--teacher-path", teacher, "--bf16"]
         assert not training_config(argv).common.tpu  # dropped: fairseq_distill/compat.py
-        row = gpu_bench.time_training(argv, 1, 1, budget.max_tokens)
+        row = training.time_training(argv, 1, 1, budget.max_tokens)
     finally:
         torch.set_num_threads(threads)
     assert row["median_step_ms"] > 0 and row["target_tokens"] > 0
@@ -215,7 +217,7 @@ def test_bf16_trains_in_process_without_the_tpu_fairseq_implies(tmp_path):
 
 @pytest.mark.slow
 def test_cpu_decoding_mode_measures_every_model_on_both_backends(tmp_path):
-    """--cpu-decoding (issue 36's decoding benchmark at the papers' width; here its tiny form):
+    """--cpu-decoding (the decoding benchmark at the papers' width; here its tiny form):
     the teacher and the students, each with fairseq and CTranslate2 on the same batches, no
     training rows and no GPU check; decode_speed_cpu.json/.md, not gpu_bench.*."""
     proc = subprocess.run([sys.executable, SCRIPT, "--cpu-decoding", "--cpu-smoke", "--out", str(tmp_path)],

@@ -20,14 +20,12 @@ from fairseq_distill.cli.common import run_cli
 from fairseq_distill.cli.depth_strategies import depth_list
 from fairseq_distill.evaluation.evaluate import evaluate
 from fairseq_distill.evaluation.plotting import pyplot
-from fairseq_distill.depth.strategies import STRATEGIES, DepthError, plan, supported_depths
+from fairseq_distill.depth.strategies import STRATEGIES, DepthError, parse_depths, plan, supported_depths
 from fairseq_distill.errors import DistillError
 
 
 def depth_overrides(model_cfg, prune, encoder_depths=None, decoder_depths=None):
     """(m, n) -> the --model-overrides dict that decodes that pair."""
-    from fairseq_distill.models.flexible_transformer import parse_depths
-
     layers = {side: int(getattr(model_cfg, f"{side}_layers")) for side in ("encoder", "decoder")}
     wanted = {"encoder": encoder_depths, "decoder": decoder_depths}
     if prune is None:

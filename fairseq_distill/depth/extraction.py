@@ -18,6 +18,7 @@ from typing import Dict, List, Optional
 import torch
 
 from fairseq_distill.deploy.checkpoint import count_parameters, export_decoding_checkpoint, load_checkpoint
+from fairseq_distill.depth.strategies import subnetworks
 from fairseq_distill.errors import DistillError
 
 KEEP_RULES = ("top", "bottom", "random", "all")
@@ -158,8 +159,6 @@ def extract_subnetwork(checkpoint: str, output: str, encoder_depth: Optional[int
     """One (encoder depth, decoder depth) sub-network of a ``flexible_transformer`` as an
     ordinary pre-norm ``transformer`` checkpoint that stock fairseq loads."""
     import argparse as _argparse
-
-    from fairseq_distill.models.flexible_transformer import subnetworks
 
     state = load_checkpoint(checkpoint)
     cfg = state["cfg"]["model"]

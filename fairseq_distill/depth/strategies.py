@@ -20,6 +20,8 @@ Strategies (``k = n // d`` is the chunk size of depth d):
 import math
 from typing import Dict, Iterable, List, Optional
 
+from fairseq_distill.errors import DistillError
+
 STRATEGIES = ("optimal", "middle_left", "left", "head", "seq")
 
 
@@ -44,6 +46,29 @@ def supported_depths(n: int, wanted: Optional[Iterable[int]] = None, side: str =
         raise DepthError(f"{side} depth(s) {bad or wanted} not supported by {n} layers; "
                          f"the supported depths are the divisors of {n}: {valid}")
     return wanted
+
+
+def parse_depths(value) -> Optional[List[int]]:
+    """``"1,2,4"`` (or a list) -> [1, 2, 4]; empty/None -> None (all divisors)."""
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, str):
+        try:
+            return [int(x) for x in value.split(",") if x.strip()]
+        except ValueError:
+            raise DistillError(f"depths must be comma-separated integers, got '{value}'") from None
+    return [int(x) for x in value]
+
+
+def subnetworks(options, side: str) -> Dict[int, List[int]]:
+    """depth -> layers of one side of a model, from its options (``<side>_layers``,
+    ``<side>_depths``, ``depth_strategy``): what the model builds and the exporter extracts."""
+    n = getattr(options, f"{side}_layers")
+    try:
+        depths = supported_depths(n, parse_depths(getattr(options, f"{side}_depths", None)), side)
+        return plan(n, depths, getattr(options, "depth_strategy", None) or "optimal")
+    except DepthError as e:
+        raise DistillError(str(e)) from None
 
 
 def _chunks(n: int, d: int) -> List[range]:

@@ -18,31 +18,9 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerDecoder, TransformerEncoder, TransformerModel, base_architecture
 
 from fairseq_distill import compat
-from fairseq_distill.depth.strategies import STRATEGIES, DepthError, plan, supported_depths
-from fairseq_distill.errors import DistillError
+from fairseq_distill.depth.strategies import STRATEGIES, subnetworks
 from fairseq_distill.models.prenorm import PreNormTransformerModel, force_pre_norm, set_defaults
 from fairseq_distill.modules.layer_stack import SubnetworkLayerStack
-
-
-def parse_depths(value):
-    """``"1,2,4"`` (or a list) -> [1, 2, 4]; empty/None -> None (all divisors)."""
-    if value is None or value == "" or value == []:
-        return None
-    if isinstance(value, str):
-        try:
-            return [int(x) for x in value.split(",") if x.strip()]
-        except ValueError:
-            raise DistillError(f"depths must be comma-separated integers, got '{value}'") from None
-    return [int(x) for x in value]
-
-
-def subnetworks(args, side: str) -> dict:
-    n = getattr(args, f"{side}_layers")
-    try:
-        depths = supported_depths(n, parse_depths(getattr(args, f"{side}_depths", None)), side)
-        return plan(n, depths, getattr(args, "depth_strategy", None) or "optimal")
-    except DepthError as e:
-        raise DistillError(str(e)) from None
 
 
 class FlexibleTransformerEncoder(TransformerEncoder):

@@ -62,10 +62,8 @@ def find_side(prefix, lang):
     for candidate in (f"{prefix}.{lang}", f"{prefix}.{lang}.gz"):
         if os.path.isfile(candidate):
             return candidate
-    raise DistillError(
-        f"no file for language '{lang}' with prefix '{prefix}': "
-        f"expected {prefix}.{lang} or {prefix}.{lang}.gz"
-    )
+    raise DistillError(f"no file for language '{lang}' with prefix '{prefix}': "
+                       f"expected {prefix}.{lang} or {prefix}.{lang}.gz")
 
 
 def describe_input(path):

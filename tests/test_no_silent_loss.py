@@ -297,3 +297,38 @@ def test_fairseqs_criterion_mismatch_assertion_becomes_one_line_with_the_remedy(
         error = find_user_error(e)
     assert "trained with another criterion (WordKDCriterion, this run: CKDCriterion)" in str(error)
     assert "resume with --reset-optimizer" in str(error)
+
+
+# -- seq-KD merges: the shards compared with --data ------------------------------------------------
+
+def test_a_seqkd_merge_of_another_data_sets_shards_is_refused(tiny_data, tmp_path):
+    """Each shard records the digest of the source it translated, but the merge never computed
+    --data's: shards of data B merged with --data A gave 296 of 300 pairs another sentence's
+    translation."""
+    from helpers import reverse_train
+    from fairseq_distill.seqkd.decode import write_shard
+    from fairseq_distill.seqkd.inputs import SeqKDJob, load_side, sources_digest
+    from fairseq_distill.seqkd.job import make_seqkd_data
+
+    other = tmp_path / "other"
+    shutil.copytree(tiny_data, other)
+    reverse_train(str(other))
+    sources = load_side(str(other), "train", "de", "en", "de")
+    settings = {"backend": "fairseq", "subset": "train", "beam": 1, "nbest": 1, "source": None,
+                "train_source_sha256": sources_digest(sources)}
+    work, out = tmp_path / "work", tmp_path / "out"
+
+    def shards(settings):
+        for shard in (0, 1):
+            write_shard(str(work), shard, 2, settings, {},
+                        ({"id": i, "hyp": sources[i]} for i in range(shard, len(sources), 2)))
+
+    shards(settings)
+    job = SeqKDJob(data=tiny_data, work=str(work), out=str(out), merge=True, num_shards=2)
+    with pytest.raises(DistillError, match=rf"the shards in {work} translated another training source than "
+                                           rf"--data {tiny_data} .*decode them again"):
+        make_seqkd_data(job)
+    shards({k: v for k, v in settings.items() if k != "train_source_sha256"})
+    with pytest.raises(DistillError, match=rf"the shards in {work} record no digest of the source they translated"):
+        make_seqkd_data(job)
+    assert not os.path.exists(out) or not os.listdir(out)  # nothing written

@@ -6,20 +6,24 @@ import random
 import pytest
 
 from helpers import python_module, run
-from fairseq_distill.seqkd.inputs import load_side
+from fairseq_distill.seqkd.inputs import load_side, sources_digest
 
 pytestmark = pytest.mark.slow  # fsd-seqkd runs as a command (merging, binarizing, teacher decoding)
 
 N_TRAIN = 400
 
 
-def write_shards(work, hyps, num_shards=2, drop=()):
-    """Shard files as fsd-seqkd writes them, ids deliberately out of order."""
+def write_shards(work, hyps, sources, num_shards=2, drop=()):
+    """Shard files as fsd-seqkd writes them (a header recording the source they translated), ids
+    deliberately out of order."""
     os.makedirs(work, exist_ok=True)
+    settings = {"backend": "fairseq", "subset": "train", "beam": 5, "nbest": 1, "source": None,
+                "train_source_sha256": sources_digest(sources)}
     for shard in range(num_shards):
         ids = [i for i in range(len(hyps)) if i % num_shards == shard and i not in drop]
         random.Random(shard).shuffle(ids)
         with open(os.path.join(work, f"shard{shard}-of-{num_shards}.jsonl"), "w", encoding="utf-8") as f:
+            f.write(json.dumps({"shard": shard, "num_shards": num_shards, "settings": settings}) + "\n")
             for i in ids:
                 f.write(json.dumps({"id": i, "hyp": hyps[i]}, ensure_ascii=False) + "\n")
 
@@ -41,7 +45,7 @@ def corpus(tiny_data):
 def test_merge_restores_corpus_order(tiny_data, corpus, tmp_path):
     src, _, hyps = corpus
     work, out = str(tmp_path / "work"), str(tmp_path / "out")
-    write_shards(work, hyps)
+    write_shards(work, hyps, src)
     printed = merge(tiny_data, work, out).stdout
     assert "Namespace(" not in printed  # fairseq-preprocess's output goes to its log
     assert "Namespace(" in open(os.path.join(work, "preprocess.log"), encoding="utf-8").read()
@@ -57,9 +61,9 @@ def test_merge_restores_corpus_order(tiny_data, corpus, tmp_path):
 
 
 def test_dropped_hypothesis_is_caught(tiny_data, corpus, tmp_path):
-    _, ref, hyps = corpus
+    src, ref, hyps = corpus
     work, out = str(tmp_path / "work"), str(tmp_path / "out")
-    write_shards(work, hyps, drop={7})
+    write_shards(work, hyps, src, drop={7})
     proc = merge(tiny_data, work, out, check=False)
     assert proc.returncode != 0
     assert "1 of 400 training sentences have no (or an empty) teacher hypothesis (first sentence ids, 0-based: [7])" in proc.stdout
@@ -74,7 +78,7 @@ def test_dropped_hypothesis_is_caught(tiny_data, corpus, tmp_path):
 
 def test_missing_shard_is_named(tiny_data, corpus, tmp_path):
     work = str(tmp_path / "work")
-    write_shards(work, corpus[2])
+    write_shards(work, corpus[2], corpus[0])
     os.remove(os.path.join(work, "shard1-of-2.jsonl"))
     proc = merge(tiny_data, work, str(tmp_path / "out"), check=False)
     assert proc.returncode != 0 and "shard 1 of 2 is missing" in proc.stdout
@@ -85,7 +89,7 @@ def test_length_ratio_filter_is_reported(tiny_data, corpus, tmp_path):
     hyps = list(hyps)
     hyps[3] = " ".join(hyps[3].split() * 10)  # far too long for its source
     work, out = str(tmp_path / "work"), str(tmp_path / "out")
-    write_shards(work, hyps)
+    write_shards(work, hyps, src)
     proc = merge(tiny_data, work, out, "--max-len-ratio", "3")
     summary = json.load(open(os.path.join(out, "seqkd_summary.json")))
     assert summary["filtered_by_length_ratio"] >= 1

@@ -13,7 +13,7 @@ from fairseq_distill.errors import DistillError
 from fairseq_distill.evaluation.generate import progress_bar
 from fairseq_distill.seqkd.selection import select_hypotheses
 from fairseq_distill.text.segmentation import META_FILE, Segmenter, load_meta
-from fairseq_distill.seqkd.inputs import Inputs, count_side, load_side, shard_path
+from fairseq_distill.seqkd.inputs import Inputs, count_side, load_side, shard_path, sources_digest
 
 EXTERNAL_BACKEND = "ctranslate2 model"  # fairseq_distill.seqkd.external.BACKEND
 # an external teacher's text work around decoding, per shard (fairseq_distill.seqkd.external)
@@ -75,6 +75,22 @@ def check_source_matches(settings, args):
                                f"({recorded['name']}, since changed or another file); decode them again")
 
 
+def check_translated_source(settings, args, train_sources: List[str]):
+    """The shards translated --data's training source (by content: its sentences in order), not
+    another data set's, nor these data as they were before being binarized again."""
+    recorded = settings.get("train_source_sha256")
+    if not recorded:
+        raise DistillError(f"the shards in {args.work} record no digest of the source they translated (decoded by "
+                           f"an earlier version, or written otherwise), so they cannot be checked against --data "
+                           f"{args.data}: decode them again (fsd-seqkd without --merge)")
+    digest = sources_digest(train_sources)
+    if recorded != digest:
+        raise DistillError(f"the shards in {args.work} translated another training source than --data {args.data} "
+                           f"(digest {recorded[:12]}; --data's '{args.subset}' source has {digest[:12]}): another data "
+                           f"directory, or these data binarized again since; decode them again for this --data "
+                           f"(fsd-seqkd without --merge), or merge them with the --data they were decoded from")
+
+
 def merge(args, src, tgt, inputs: Optional[Inputs] = None):
     started = time.time()
     headers, lists = read_shards(args)
@@ -87,6 +103,7 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None):
 
             mono_dir = prepare_source(args.source, args.data, src, tgt, args.work, info=settings["source"])
         inputs = Inputs(args, src, tgt, mono_dir)
+    check_translated_source(settings, args, inputs.train)
     references = load_side(args.data, args.subset, src, tgt, tgt)
     n, m = len(inputs.train), len(inputs.mono)
 

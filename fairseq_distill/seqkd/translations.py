@@ -9,6 +9,7 @@ import os
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.seqkd.decode import write_shard
+from fairseq_distill.seqkd.inputs import sources_digest
 from fairseq_distill.seqkd.monolingual import describe_source
 from fairseq_distill.text.files import read_lines
 from fairseq_distill.text.segmentation import META_FILE, Segmenter, load_meta
@@ -42,7 +43,7 @@ def translations_shard(args, sources) -> dict:
                            f"in corpus order")
     segmented = Segmenter.from_dir(args.data).encode_lines(lines)
     settings = {"backend": "translations file", "teacher_translations": info, "subset": args.subset,
-                "nbest": 1, "source": None}
+                "nbest": 1, "source": None, "train_source_sha256": sources_digest(sources)}
     os.makedirs(args.work, exist_ok=True)
     write_shard(args.work, 0, 1, settings, {"sentences": len(lines)},
                 ({"id": i, "hyp": hyp} for i, hyp in enumerate(segmented)))

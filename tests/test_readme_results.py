@@ -1,7 +1,7 @@
-"""The README's result tables against the committed results (bench/results/*.json): every
-BLEU, parameter count, speed, difference and p-value the README quotes is the one a committed
-row holds, so that a rerun that changes a row cannot leave the README's conclusions behind
-(issue 31: "every conclusion in the README matches the committed rows")."""
+"""The result tables of README.md and docs/reproducing.md against the committed results
+(bench/results/*.json): every BLEU, parameter count, speed, difference and p-value they quote is
+the one a committed row holds, so that a rerun that changes a row cannot leave the docs'
+conclusions behind."""
 import json
 import os
 import re
@@ -12,8 +12,9 @@ from helpers import REPO
 
 RESULTS = os.path.join(REPO, "bench", "results")
 NUMBER = re.compile(r"[+−-]?\d+(?:\.\d+)?")
-# "Reproducing the papers": per table (its first header), its baselines and each row label's
-# first words -> the papers recipe's step
+REPRODUCING = os.path.join(REPO, "docs", "reproducing.md")
+# docs/reproducing.md: per table (its first header), its baselines and each row label's first
+# words -> the papers recipe's step
 PAPERS_TABLES = {
     "row (2+2, d = 128)": (("no-kd-2", "word-kd-2"), {
         "no KD": "no-kd-2",
@@ -43,9 +44,14 @@ PAPERS_TABLES = {
 
 def readme_section(title: str) -> str:
     text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", text, re.S | re.M)
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
     assert match, f"README.md has no section '## {title}'"
     return match.group(1)
+
+
+def reproducing() -> str:
+    with open(REPRODUCING, encoding="utf-8") as f:
+        return f.read()
 
 
 def table_rows(section: str, first_header: str):
@@ -89,14 +95,14 @@ def test_the_results_table_quotes_the_committed_rows():
 
 
 def papers_table(header: str):
-    """{step: its README row's cells (label, BLEU, against no KD, against word-level KD, ...)} of
-    the 'Reproducing the papers' table whose first header is given."""
+    """{step: its row's cells (label, BLEU, against no KD, against word-level KD, ...)} of the
+    docs/reproducing.md table whose first header is given."""
     labels = PAPERS_TABLES[header][1]
     table = {}
-    for cells in table_rows(readme_section("Reproducing the papers"), header):
+    for cells in table_rows(reproducing(), header):
         step = next((s for label, s in sorted(labels.items(), key=lambda kv: -len(kv[0]))
                      if cells[0].startswith(label)), None)
-        assert step, f"README 'Reproducing the papers', '{header}': unknown row '{cells[0]}' (add it to PAPERS_TABLES)"
+        assert step, f"docs/reproducing.md, '{header}': unknown row '{cells[0]}' (add it to PAPERS_TABLES)"
         table[step] = cells
     return table
 
@@ -111,12 +117,12 @@ def test_the_papers_tables_quote_the_committed_rows(header):
     table = papers_table(header)
     assert set(baselines) <= set(table)
     for step, cells in table.items():
-        assert step in rows, f"README 'Reproducing the papers' quotes {step}, which is not committed"
+        assert step in rows, f"docs/reproducing.md quotes {step}, which is not committed"
         spread = seeds["rows"].get(step, {}).get("bleu")
         # one seed: the run's BLEU; several: the BLEU of each seed, their mean and sd
         allowed = {rows[step]["bleu"]} if not spread else {*spread["values"], spread["mean"], spread["sd"]}
         quoted = numbers(cells[1])
-        assert quoted and set(quoted) <= allowed, f"{step}: README BLEU {cells[1]}, committed {sorted(allowed)}"
+        assert quoted and set(quoted) <= allowed, f"{step}: quoted BLEU {cells[1]}, committed {sorted(allowed)}"
         for cell, baseline in zip(cells[2:4], baselines):
             if not cell or step == baseline:
                 continue
@@ -133,12 +139,12 @@ def test_the_papers_tables_quote_the_committed_rows(header):
                 allowed |= {welch["t"], welch["p_value"], round(welch["p_value"], 3), round(welch["p_value"], 2)}
             quoted = numbers(cell)
             assert quoted and set(quoted) <= allowed, (
-                f"{step} against {baseline}: README '{cell}', committed {sorted(allowed)}")
+                f"{step} against {baseline}: quoted '{cell}', committed {sorted(allowed)}")
 
 
 def test_a_row_called_better_in_the_papers_section_has_that_verdict():
-    """The README may call a same-width row better (or worse) than a baseline only where the
-    committed comparison over seeds says so."""
+    """docs/reproducing.md may call a same-width row better (or worse) than a baseline only
+    where the committed comparison over seeds says so."""
     seeds = committed("papers")["seeds"]
     verdicts = {(c["row"], c["baseline"]): c["verdict"] for c in seeds["comparisons"]}
     quoted = [(step, cells, baselines) for header, (baselines, _) in PAPERS_TABLES.items()

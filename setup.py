@@ -49,6 +49,7 @@ setup(
             "fsd-cache-teacher=fairseq_distill.cli.cache_teacher:main",
             "fsd-benchmark-corpus=fairseq_distill.cli.benchmark_corpus:main",
             "fsd-benchmark-score=fairseq_distill.cli.benchmark_score:main",
+            "fsd-report=fairseq_distill.cli.report:main",
         ]
     },
 )

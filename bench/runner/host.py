@@ -1,5 +1,8 @@
 """What the runner sets up or notes about the machine it runs on."""
-import platform
+# A recipe step repeated with the same seed gives bit-identical weights on one machine; on
+# another machine it need not (CPU float kernels may round differently), so each record names
+# the CPU (cpu_model) to say which runs could have reproduced each other.
+from fairseq_distill.machine import cpu_model  # noqa: F401
 
 # glibc serves every allocation above 32 MiB with a fresh mmap() and unmaps it on free, so
 # the B x T x V tensors of each training step (logits, log-probabilities, KD terms) are
@@ -11,17 +14,3 @@ HEAP_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**40)}
 
 # Wall times of rows trained under different set-ups do not compare; the record says which.
 SPEED_SETUP = "fused KD term, heap malloc (2026-11-23)"
-
-
-def cpu_model() -> str:
-    """The CPU a run was made on. A recipe step repeated with the same seed gives bit-identical
-    weights on one machine; on another machine it need not (CPU float kernels may round
-    differently), so this says which runs could have reproduced each other."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            info = f.read()
-    except OSError:
-        return platform.processor() or platform.machine()
-    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-    name = " ".join(fields.get("model name\t", platform.machine()).split())
-    return name + (" (avx512)" if " avx512f" in fields.get("flags\t\t", "") else "")

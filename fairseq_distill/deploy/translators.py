@@ -36,7 +36,7 @@ class FairseqTranslator:
 
     name = "fairseq"
 
-    def __init__(self, checkpoint: str, data_bin: str, options: DecodingOptions):
+    def __init__(self, checkpoint: str, data_bin: str, options: DecodingOptions, device: Optional[str] = None):
         from fairseq import checkpoint_utils, utils
 
         import fairseq_distill  # noqa: F401  (registers our architectures, checkpoint loading)
@@ -46,7 +46,7 @@ class FairseqTranslator:
                 raise DistillError(f"checkpoint not found: '{path}'")
         models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
             checkpoint.split(":"), arg_overrides={"data": data_bin})
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.models = [m.to(device).eval() for m in models]
         self.task, self.device = task, device
         self.generator = task.build_generator(self.models, argparse.Namespace(
@@ -110,7 +110,10 @@ class CTranslate2Translator:
 
     name = "ctranslate2"
 
-    def __init__(self, model_dir: str, options: DecodingOptions, device: Optional[str] = None):
+    def __init__(self, model_dir: str, options: DecodingOptions, device: Optional[str] = None,
+                 threads: Optional[int] = None, compute_type: str = "default"):
+        """``threads``: CTranslate2's intra-op threads (default: torch's thread count);
+        ``compute_type``: as stored (default) or e.g. float16 on a GPU."""
         try:
             import ctranslate2
         except ImportError as e:
@@ -118,7 +121,8 @@ class CTranslate2Translator:
         info = read_deployment(model_dir)
         self.options = options
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.translator = ctranslate2.Translator(model_dir, device=device, intra_threads=torch.get_num_threads())
+        self.translator = ctranslate2.Translator(model_dir, device=device, compute_type=compute_type,
+                                                 intra_threads=threads or torch.get_num_threads())
         self.max_source_tokens = info["max_source_positions"] - 1
         self.quantization = info["quantization"]
 

@@ -57,9 +57,10 @@ def check_subset(data_bin: str, subset: str):
 
 
 def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size=128,
-             max_len_a=1.2, max_len_b=10, out_json=None, extra_args=(), tag=None):
+             max_len_a=1.2, max_len_b=10, out_json=None, extra_args=(), tag=None, env=None, description=None):
     """``tag`` names this evaluation's files (``STEM.TAG.SUBSET.*``) when one checkpoint is
-    evaluated several ways (e.g. at several depths)."""
+    evaluated several ways (e.g. at several depths); ``env``: variables set for fairseq-generate
+    (e.g. ``OMP_NUM_THREADS``); ``description``: its progress bar's label."""
     for path in checkpoint.split(":"):
         if not os.path.isfile(path):
             raise DistillError(f"checkpoint not found: '{path}'")
@@ -77,7 +78,8 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
         "--post-process", post, *extra_args,
     ]
     result = run_generate(data_bin, checkpoint, subset, args, total=total,
-                          log_path=f"{stem}.{subset}.generate.log", description=f"decode {subset}")
+                          log_path=f"{stem}.{subset}.generate.log", description=description or f"decode {subset}",
+                          env=env)
     n = max(len(result.references), total or 0)
     missing = [i for i in range(n) if i not in result.detokenized]
     if missing:

@@ -58,8 +58,10 @@ def run_generate(
     total: Optional[int] = None,
     log_path: Optional[str] = None,
     description: str = "generate",
+    env: Optional[Dict[str, str]] = None,
 ) -> GenerationResult:
-    """``fairseq-generate DATA --path CHECKPOINTS --gen-subset SUBSET ARGS`` with our plugin loaded."""
+    """``fairseq-generate DATA --path CHECKPOINTS --gen-subset SUBSET ARGS`` with our plugin loaded;
+    ``env``: variables set for it on top of ours (e.g. ``OMP_NUM_THREADS``, its torch threads)."""
     cmd = [
         sys.executable, "-m", "fairseq_cli.generate", data,
         "--path", checkpoints, "--gen-subset", subset,
@@ -77,7 +79,8 @@ def run_generate(
         if log:
             log.write(" ".join(cmd) + "\n")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, encoding="utf-8", errors="replace")
+                                text=True, encoding="utf-8", errors="replace",
+                                env={**os.environ, **env} if env else None)
         tail = []
         for line in proc.stdout:
             if log:

@@ -130,6 +130,24 @@ def test_sharded_build_equals_one_pass(tiny_data, tiny_teacher, cache_k8, tmp_pa
     assert not os.path.exists(out / "shards")
 
 
+def test_a_merge_in_blocks_of_a_few_rows_equals_one_pass(tiny_data, tiny_teacher, cache_k8, tmp_path, monkeypatch):
+    """The merge writes the arrays front to back a block of whole sentences at a time (its memory
+    does not grow with the cache): blocks far smaller than the cache, and than some sentences,
+    give the same arrays as the one-pass build."""
+    from fairseq_distill.teacher import cache_writer
+
+    out = tmp_path / "blocks"
+    for shard in (0, 1, 2):
+        make_teacher_cache(CacheJob(data=tiny_data, out=str(out), teacher=tiny_teacher, cpu=True, top_k=8,
+                                    max_tokens=800, num_shards=3, shard_id=shard))
+    monkeypatch.setattr(cache_writer, "COPY_ROWS", 5)
+    make_teacher_cache(CacheJob(data=tiny_data, out=str(out), num_shards=3, merge=True))
+    merged = TeacherCache(str(out))
+    assert (merged.offsets == cache_k8.offsets).all()
+    assert (merged.indices[:] == cache_k8.indices[:]).all()
+    assert (merged.log_probs[:] == cache_k8.log_probs[:]).all()
+
+
 def test_merge_refuses_missing_shards(tiny_data, tiny_teacher, tmp_path):
     out = tmp_path / "half"
     make_teacher_cache(CacheJob(data=tiny_data, out=str(out), teacher=tiny_teacher, cpu=True, top_k=4,

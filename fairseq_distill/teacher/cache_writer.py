@@ -49,7 +49,7 @@ from fairseq_distill.workdir import DirectoryLock, check_free_space, check_outpu
 PARTIAL = ".partial"  # the suffix of arrays being written, until the switch
 
 logger = logging.getLogger(__name__)
-COPY_ROWS = 1 << 20  # rows moved per step of the merge
+COPY_ROWS = 1 << 20  # rows written per step of the merge (a block of whole sentences)
 
 
 @dataclass
@@ -247,6 +247,59 @@ def read_shards(job: CacheJob, n_sentences: int, digest: str) -> List[dict]:
     return records
 
 
+def npy_for_writing(path: str, dtype, shape):
+    """A new ``.npy`` file of ``shape`` (its data not yet written) and the offset of its data."""
+    array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+    offset = array.offset
+    del array
+    return offset
+
+
+def write_in_corpus_order(job: CacheJob, records, shard_of, first_row, shard_rows, sizes, offsets, k, value_type,
+                          idx_type, partial):
+    """The merged arrays, written front to back a block of about ``COPY_ROWS`` rows at a time, each
+    block gathered from the shards' files. Memory stays at a few blocks whatever the cache's size:
+    no array of every row's destination, and each block's view of a shard is unmapped after use."""
+    rows = int(offsets[-1])
+    files = {LOG_PROBS_FILE: value_type, INDICES_FILE: idx_type}
+    starts = {name: npy_for_writing(partial[name], dtype, (rows, k)) for name, dtype in files.items()}
+    n = len(sizes)
+    bar = tqdm(total=rows, desc="merging the teacher cache", unit="row", file=sys.stderr, mininterval=2.0,
+               disable=None if sys.stderr.isatty() else False)
+    handles = {name: open(partial[name], "r+b") for name in files}
+    try:
+        for name, handle in handles.items():
+            handle.seek(starts[name])
+        first = 0
+        while first < n:
+            last = max(int(np.searchsorted(offsets, offsets[first] + COPY_ROWS, side="right")) - 1, first + 1)
+            last = min(last, n)
+            block_rows = int(offsets[last] - offsets[first])
+            blocks = {name: np.empty((block_rows, k), dtype=dtype) for name, dtype in files.items()}
+            for s, record in enumerate(records):
+                ids = first + np.flatnonzero(shard_of[first:last] == s)
+                if not ids.size:
+                    continue
+                lengths = sizes[ids]
+                # each of these sentences' rows: where it goes in the block, where it is in the shard
+                within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+                dest = np.repeat(offsets[ids] - offsets[first], lengths) + within
+                src = np.repeat(first_row[ids], lengths) + within
+                prefix = shard_prefix(job, record["shard_id"])
+                for name, suffix in ((LOG_PROBS_FILE, ".log_probs.bin"), (INDICES_FILE, ".indices.bin")):
+                    shard = np.memmap(prefix + suffix, dtype=files[name], mode="r", shape=(shard_rows[s], k))
+                    blocks[name][dest] = shard[src]
+                    del shard
+            for name, handle in handles.items():
+                handle.write(blocks[name].tobytes())
+            bar.update(block_rows)
+            first = last
+    finally:
+        for handle in handles.values():
+            handle.close()
+        bar.close()
+
+
 def merge_shards(job: CacheJob, dataset, task, digest: str) -> CacheMeta:
     """Move every shard's rows to corpus order in new arrays beside the old, then switch: the
     old ``meta.json`` goes first, the arrays move into place, the new ``meta.json`` comes last."""
@@ -259,26 +312,17 @@ def merge_shards(job: CacheJob, dataset, task, digest: str) -> CacheMeta:
     check_free_space(job.out, rows * k * (value_type.itemsize + idx_type.itemsize) + offsets.nbytes + (1 << 16),
                      f"merging the teacher cache ({rows:,} rows of K = {k})")
     partial = {name: os.path.join(job.out, name + PARTIAL) for name in (LOG_PROBS_FILE, INDICES_FILE, OFFSETS_FILE)}
-    values = np.lib.format.open_memmap(partial[LOG_PROBS_FILE], mode="w+", dtype=value_type, shape=(rows, k))
-    indices = np.lib.format.open_memmap(partial[INDICES_FILE], mode="w+", dtype=idx_type, shape=(rows, k))
-    for record in records:
-        prefix = shard_prefix(job, record["shard_id"])
+    # where each sentence's rows lie: its shard, and its first row there
+    shard_of = np.full(len(sizes), -1, dtype=np.int32)
+    first_row = np.zeros(len(sizes), dtype=np.int64)
+    for s, record in enumerate(records):
         ids = np.asarray(record["ids"], dtype=np.int64)
         lengths = sizes[ids]
-        n_rows = int(lengths.sum())
-        src_values = np.memmap(prefix + ".log_probs.bin", dtype=value_type, mode="r", shape=(n_rows, k)) \
-            if n_rows else np.zeros((0, k), value_type)
-        src_indices = np.memmap(prefix + ".indices.bin", dtype=idx_type, mode="r", shape=(n_rows, k)) \
-            if n_rows else np.zeros((0, k), idx_type)
-        # destination row of every shard row: its sentence's first row plus its place in the sentence
-        shard_starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if ids.size else np.zeros(0, np.int64)
-        dest = np.repeat(offsets[ids] - shard_starts, lengths) + np.arange(n_rows)
-        for start in range(0, n_rows, COPY_ROWS):
-            part = slice(start, start + COPY_ROWS)
-            values[dest[part]] = src_values[part]
-            indices[dest[part]] = src_indices[part]
-    values.flush(), indices.flush()
-    del values, indices
+        shard_of[ids] = s
+        first_row[ids] = np.cumsum(lengths) - lengths
+    shard_rows = [int(sizes[np.asarray(r["ids"], dtype=np.int64)].sum()) for r in records]
+    write_in_corpus_order(job, records, shard_of, first_row, shard_rows, sizes, offsets, k, value_type, idx_type,
+                          partial)
     with open(partial[OFFSETS_FILE], "wb") as f:
         np.save(f, offsets)
     for path in partial.values():  # on disk before the switch

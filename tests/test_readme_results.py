@@ -80,18 +80,88 @@ def rows_by_name(recipe: str) -> dict:
     return {row["name"]: row for row in committed(recipe)["rows"]}
 
 
-def test_the_results_table_quotes_the_committed_rows():
-    rows = table_rows(readme_section("Results"), "run")
+def test_the_headline_table_quotes_the_committed_rows():
+    rows = table_rows(readme_section("What you get"), "run")
+    assert {recipe for _, recipe, *_ in rows} >= {"papers", "foundation"}
     for run, recipe, _kd, shape, params, bleu, speed in rows:
         row = rows_by_name(recipe).get(run)
-        assert row, f"README Results: no row '{run}' in bench/results/{recipe}.json"
-        assert float(bleu) == row["bleu"], f"README Results, {run}: BLEU {bleu}, committed {row['bleu']}"
+        assert row, f"README What you get: no row '{run}' in bench/results/{recipe}.json"
+        spread = committed(recipe).get("seeds", {}).get("rows", {}).get(run, {}).get("bleu")
+        if "±" in bleu:  # several seeds: their mean and sd
+            assert spread and numbers(bleu) == [spread["mean"], spread["sd"]], (run, bleu, spread)
+        else:
+            assert float(bleu) == row["bleu"], f"README What you get, {run}: BLEU {bleu}, committed {row['bleu']}"
         assert params == f"{row['parameters'] / 1e6:.2f}M", (run, params, row["parameters"])
         assert int(speed) == round(row["tokens_per_second"]), (run, speed, row["tokens_per_second"])
         s = row["shape"]
         layers, dim, ffn = (c.strip() for c in shape.split(","))
         assert layers == f"{s['encoder-layers']}+{s['decoder-layers']}", (run, shape)
         assert (int(dim), int(ffn)) == (s["encoder-embed-dim"], s["encoder-ffn-embed-dim"]), (run, shape)
+
+
+# README's methods table: per row (its label's first words) the committed comparisons whose
+# difference and p it may quote, pooled over the papers recipe's seeds (row, baseline) or one
+# recipe's paired test (recipe, baseline, row), and the method's row of docs/reproducing.md's
+# summary, whose "its paper" figures it may quote
+METHODS = {
+    "word-level KD": ([("word-kd-2", "no-kd-2"), ("word-kd-3", "no-kd-3")], [], "word-level KD"),
+    "PKD": ([("pkd-2", "no-kd-2"), ("pkd-2", "word-kd-2")], [], "PKD"),
+    "CKD": ([("ckd-2", "no-kd-2"), ("ckd-2", "word-kd-2")], [], "CKD-RC"),
+    "ALP-KD": ([("alp-kd-2", "no-kd-2"), ("alp-kd-2", "word-kd-2")], [], "ALP-KD"),
+    "Align-to-Distill": ([("a2d-2", "no-kd-2"), ("a2d-3", "no-kd-3"), ("a2d-2", "word-kd-2"),
+                          ("a2d-3", "word-kd-3")], [], "A2D"),
+    "several terms": ([], [], None),
+    "sequence-level KD": ([], [("foundation", "student", "student-seqkd"),
+                               ("foundation", "student-wordkd", "student-seqkd")], None),
+    "deep teachers": ([], [("gpkd", "student-seqkd", "student-gpkd")], None),
+    "one model, many depths": ([], [], None),
+}
+DECIMAL = re.compile(r"[+−-]?\d+\.\d+")
+# a figure: any decimal, or a whole number with its unit (289 s, 14 MB, 2× ...)
+FIGURE = re.compile(r"[+−-]?\d+\.\d+|[+−-]?\d+(?=\s?(?:s\b|min\b|MB\b|MiB\b|×|%))")
+
+
+def figures(text: str, pattern=FIGURE):
+    return [float(n.replace("−", "-")) for n in pattern.findall(text)]
+
+
+def rounded(*values):
+    """Each value as the docs may write it: to 1, 2 or 3 decimals, or whole."""
+    return {round(float(v), n) for v in values if v is not None for n in (0, 1, 2, 3)}
+
+
+def pooled(row: str, baseline: str) -> set:
+    comparison = next(c for c in committed("papers")["seeds"]["comparisons"]
+                      if c["row"] == row and c["baseline"] == baseline)
+    return rounded(comparison["pooled"]["bleu"]["delta"], comparison["pooled"]["bleu"]["p_value"])
+
+
+def paired(recipe: str, baseline: str, row: str) -> set:
+    result = next(t for t in committed(recipe)["significance"] if t["baseline"] == baseline)
+    bleu = result["systems"][row]["bleu"]
+    return rounded(bleu["delta"], bleu["p_value"])
+
+
+def labelled(rows, labels):
+    """{label: the row whose first cell starts with it}; every row has a label and every label a row."""
+    found = {}
+    for cells in rows:
+        label = next((k for k in sorted(labels, key=len, reverse=True) if cells[0].startswith(k)), None)
+        assert label, f"README: a table row '{cells[0]}' that the test does not know (add it)"
+        found[label] = cells
+    assert set(found) == set(labels), f"README: rows missing: {sorted(set(labels) - set(found))}"
+    return found
+
+
+def test_the_methods_table_quotes_the_committed_comparisons_and_the_papers():
+    summary = {cells[0]: cells for cells in table_rows(reproducing(), "method")}
+    rows = labelled(table_rows(readme_section("Methods"), "method"), METHODS)
+    for label, (pooled_pairs, single, method) in METHODS.items():
+        allowed = set().union(*(pooled(*pair) for pair in pooled_pairs), *(paired(*t) for t in single))
+        if method:
+            allowed |= set(figures(summary[method][1], DECIMAL))  # the paper's figures
+        quoted = figures(rows[label][2], DECIMAL)
+        assert set(quoted) <= allowed, f"README Methods, {label}: quotes {sorted(set(quoted) - allowed)}"
 
 
 def papers_table(header: str):
@@ -154,3 +224,68 @@ def test_a_row_called_better_in_the_papers_section_has_that_verdict():
             for word in ("better", "worse"):
                 if re.search(rf"\b{word}\b", cell):
                     assert verdicts.get((step, baseline)) == word, (step, baseline, cell)
+
+
+def step_costs(recipe: str, key: str, *names) -> set:
+    rows = {r["name"]: r for r in committed(f"{recipe}_step_cost")["rows"]}
+    return rounded(*(rows[n][key] for n in (names or rows)))
+
+
+def gpu_ratios(kd: str, key: str) -> set:
+    return rounded(*(r[key] for r in committed("gpu_bench")["training"] if r["kd"] == kd and not r.get("error")))
+
+
+def decode_seconds(recipe: str) -> set:
+    """Each seq-KD data step's decode time, and each one's speed-up over the fairseq-decoded one."""
+    steps = committed(recipe)["seqkd"]
+    fairseq = [s["decode_seconds"] for s in steps if s.get("backend", "fairseq") == "fairseq" and s.get("nbest", 1) == 1]
+    return rounded(*(s["decode_seconds"] for s in steps), *(f / s["decode_seconds"] for f in fairseq for s in steps))
+
+
+def cost_sources():
+    """README's cost table: per row (its label's first words), the committed figures it may quote."""
+    cache = next(c for c in committed("foundation")["caches"] if c["top_k"] == 8)
+    return {
+        "seq-KD data": decode_seconds("foundation") | decode_seconds("seqkd_backends")
+        | decode_seconds("external_teacher") | paired("foundation", "student", "student-seqkd")
+        | paired("foundation", "student-wordkd", "student-seqkd")
+        | rounded(*(r["bleu"] for r in committed("external_teacher")["rows"])),
+        "word-level KD, the teacher in the loop": step_costs("foundation", "time_relative_to_no_kd", "student-wordkd")
+        | gpu_ratios("online", "time_vs_no_kd") | gpu_ratios("online", "memory_vs_no_kd")
+        | paired("foundation", "student", "student-wordkd") | pooled("word-kd-2", "no-kd-2"),
+        "word-level KD from a top-8 cache": step_costs("foundation", "time_relative_to_no_kd", "student-wordkd-cached-k8")
+        | gpu_ratios("cached", "memory_vs_no_kd") | rounded(cache["teacher_seconds"], cache["bytes"] / 1e6)
+        | paired("foundation", "student", "student-wordkd-cached-k8")
+        | paired("foundation", "student-wordkd", "student-wordkd-cached-k8"),
+        "a layer term": step_costs("layer_kd", "time_relative_to_word_kd") | pooled("pkd-2", "word-kd-2")
+        | pooled("ckd-2", "word-kd-2") | paired("layer_kd", "student-wordkd", "pkd-student-side")
+        | paired("layer_kd", "student-wordkd", "ckd-rc-released"),
+        "attention KD": step_costs("a2d", "time_relative_to_word_kd") | pooled("a2d-2", "word-kd-2")
+        | pooled("a2d-3", "word-kd-3"),
+        "GPKD": rounded(*(r["bleu"] for r in committed("gpkd")["rows"])) | paired("gpkd", "student-seqkd", "student-gpkd"),
+    }
+
+
+def test_the_guide_quotes_the_committed_costs_and_gains():
+    sources = cost_sources()
+    rows = labelled(table_rows(readme_section("Which method when"), "add"), sources)
+    for label, cells in rows.items():
+        quoted = figures(cells[1] + " " + cells[2])
+        assert quoted, f"README guide, {label}: no figure"
+        assert set(quoted) <= sources[label], f"README guide, {label}: quotes {sorted(set(quoted) - sources[label])}"
+
+
+def test_the_readmes_prose_quotes_only_committed_figures():
+    """Outside the tables and code blocks checked above, the README's sections on results quote
+    only the foundation's training times."""
+    allowed = rounded(*(r["train_seconds"] / 60 for r in committed("foundation")["rows"]))
+    for title in ("What you get", "Methods", "Which method when"):
+        section = re.sub(r"```.*?```", "", readme_section(title), flags=re.S)
+        prose = "\n".join(line for line in section.splitlines() if not line.startswith("|"))
+        quoted = figures(prose, DECIMAL)
+        assert set(quoted) <= allowed, f"README {title}: figures {sorted(set(quoted) - allowed)} are not checked"
+
+
+def test_the_readme_is_short():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        assert sum(1 for _ in f) <= 180

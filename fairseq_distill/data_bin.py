@@ -85,3 +85,18 @@ def data_digest(data: str, subset: str, src: str, tgt: str) -> str:
 
 def short(digest: Optional[str]) -> str:
     return (digest or "none")[:12]
+
+
+def directory_digest(directory: str, skip=(".distill-lock", "preprocess.log")) -> str:
+    """SHA-256 of every regular file under ``directory`` (relative paths and contents, in sorted
+    order), names starting with one of ``skip`` left out."""
+    h = hashlib.sha256()
+    for folder, _, files in sorted(os.walk(directory)):  # every folder, in path order
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            if name.startswith(skip) or not os.path.isfile(path):
+                continue
+            h.update(os.path.relpath(path, directory).encode("utf-8") + b"\0" + str(os.path.getsize(path)).encode()
+                     + b"\0")
+            file_digest(path, h)
+    return h.hexdigest()

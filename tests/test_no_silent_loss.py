@@ -332,3 +332,25 @@ def test_a_seqkd_merge_of_another_data_sets_shards_is_refused(tiny_data, tmp_pat
     with pytest.raises(DistillError, match=rf"the shards in {work} record no digest of the source they translated"):
         make_seqkd_data(job)
     assert not os.path.exists(out) or not os.listdir(out)  # nothing written
+
+
+def test_a_seqkd_switch_cut_short_is_finished_or_undone_by_the_next_merge(tmp_path, capsys):
+    """Killed between its two renames, a switch leaves no --out: the next merge puts the new data
+    in place when they are whole (their made_from record written last), else the earlier back."""
+    from fairseq_distill.seqkd.output import MADE_FROM_FILE, recover, staging_root
+
+    out = tmp_path / "out"
+    root = staging_root(str(out))
+    for whole, expected in ((True, "new"), (False, "earlier")):
+        for part, text in (("old", "earlier"), ("new", "new")):
+            os.makedirs(os.path.join(root, part))
+            with open(os.path.join(root, part, "train.de-en.en.bin"), "w") as f:
+                f.write(text)
+        if whole:
+            with open(os.path.join(root, "new", MADE_FROM_FILE), "w") as f:
+                f.write("{}")
+        recover(str(out), root)
+        assert (out / "train.de-en.en.bin").read_text() == expected
+        assert os.listdir(root) == []  # nothing left beside it
+        assert f"a switch cut short is finished (the {expected} data put in place)" in capsys.readouterr().err
+        shutil.rmtree(out)

@@ -161,3 +161,55 @@ def test_a_translations_file_with_a_missing_line_or_the_wrong_count(tiny_data, c
     assert proc.returncode != 0 and f"has 399 lines; the 'train' set of {tiny_data} has 400 sentences" in proc.stdout
     proc = seqkd_from_file(tiny_data, translations, tmp_path / "out4", "--nbest", "2", "--beam", "2", check=False)
     assert "--teacher-translations gives the teacher's translations themselves: it takes no --nbest > 1" in proc.stdout
+
+
+def files_of(directory):
+    return {name: open(os.path.join(directory, name), "rb").read() for name in sorted(os.listdir(directory))
+            if os.path.isfile(os.path.join(directory, name))}
+
+
+def test_an_interrupted_rerun_into_a_finished_out_keeps_the_earlier_data(tiny_data, corpus, tmp_path, monkeypatch,
+                                                                          capsys):
+    """A rerun ran fairseq-preprocess straight into a finished --out: killed while writing the .idx,
+    it left a new .bin beside the earlier .idx, summary and metadata (300 of 300 pairs differed),
+    and fairseq-train trained on it. Now the merge is built beside --out and switched in whole."""
+    import subprocess
+
+    import fairseq_distill.seqkd.merge as merge_module
+    from fairseq_distill.seqkd.inputs import SeqKDJob
+    from fairseq_distill.seqkd.job import make_seqkd_data
+
+    src, _, hyps = corpus
+    work, out = str(tmp_path / "work"), str(tmp_path / "out")
+    write_shards(work, hyps, src)
+    make_seqkd_data(SeqKDJob(data=tiny_data, work=work, out=out, merge=True, num_shards=2))
+    earlier = files_of(out)
+    assert load_side(out, "train", "de", "en", "en") == hyps
+
+    others = [" ".join(h.split()[:2]) or "x" for h in hyps]  # other hypotheses, other lengths
+    write_shards(work, others, src)
+    real_run = subprocess.run
+
+    def killed_while_writing_the_idx(argv, *a, **kw):
+        result = real_run(argv, *a, **kw)
+        idx = os.path.join(argv[argv.index("--destdir") + 1], "train.de-en.en.idx")
+        with open(idx, "r+b") as f:
+            f.truncate(os.path.getsize(idx) // 2)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(merge_module.subprocess, "run", killed_while_writing_the_idx)
+    with pytest.raises(KeyboardInterrupt):
+        make_seqkd_data(SeqKDJob(data=tiny_data, work=work, out=out, merge=True, num_shards=2))
+    monkeypatch.setattr(merge_module.subprocess, "run", real_run)
+    assert files_of(out) == earlier  # the earlier data, whole
+    assert load_side(out, "train", "de", "en", "en") == hyps
+
+    # the same command again makes the new data; once more, it recognises them and rewrites nothing
+    make_seqkd_data(SeqKDJob(data=tiny_data, work=work, out=out, merge=True, num_shards=2))
+    assert load_side(out, "train", "de", "en", "en") == others
+    finished = {name: os.stat(os.path.join(out, name)).st_mtime_ns for name in os.listdir(out)}
+    capsys.readouterr()
+    make_seqkd_data(SeqKDJob(data=tiny_data, work=work, out=out, merge=True, num_shards=2))
+    assert "already the merge of these shards, data and options; nothing rewritten" in capsys.readouterr().out
+    assert {name: os.stat(os.path.join(out, name)).st_mtime_ns for name in os.listdir(out)} == finished
+    assert not os.path.exists(out + ".partial")

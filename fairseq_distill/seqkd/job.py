@@ -21,11 +21,15 @@ R or below 1/R, and reports how many. The valid and test sets are copied unchang
 
 ``--nbest N`` keeps the teacher's N best hypotheses per sentence in the shards;
 ``--select chrf`` (the default) then keeps the one closest to the reference by sentence
-chrF, ``--select first`` the 1-best (:mod:`fairseq_distill.seqkd.selection`).
+chrF, ``--select first`` the 1-best (:mod:`fairseq_distill.seqkd.selection`), ``--select mbr``
+the one of highest expected chrF against the other hypotheses, no reference needed
+(:mod:`fairseq_distill.seqkd.mbr`; each shard's rankings are kept beside it,
+:mod:`fairseq_distill.seqkd.mbr_shards`). ``--targets K`` keeps the K best by MBR score, each a
+training pair: the source repeated, its targets side by side in corpus order.
 
 ``--source FILE`` adds monolingual source text: the teacher translates it too and the pairs
 follow the training pairs (:mod:`fairseq_distill.seqkd.monolingual`). Its lines have no reference:
-they keep the 1-best under any ``--select``, and one with no (or an empty) hypothesis fails
+they keep the 1-best under ``--select chrf`` (MBR needs none), and one with no (or an empty) hypothesis fails
 the merge, or under ``--on-missing reference`` is left out; either way it is counted.
 """
 import json
@@ -40,6 +44,7 @@ from fairseq_distill.seqkd.inputs import (Inputs, SeqKDJob, check_options, check
                                           check_sources_not_empty, data_langs, decoding_settings, load_side,
                                           read_teachers, shard_path, sources_digest)
 from fairseq_distill.seqkd.merge import merge
+from fairseq_distill.seqkd.output import write_output
 from fairseq_distill.workdir import DirectoryLock, check_output_dir
 
 
@@ -174,16 +179,17 @@ def make_locked(args: SeqKDJob) -> Optional[dict]:
         settings["train_source_sha256"] = sources_digest(sources)
         decode_seconds = decode_shards(args, settings, generate)
         if decode_seconds is None:
+            if args.select == "mbr":  # ranked where it was decoded: the merge finds it ready
+                from fairseq_distill.seqkd.mbr_shards import rank_decoded_shard
+
+                rank_decoded_shard(args)
             return None  # one shard of many: merge later
     if not args.out:
         raise DistillError("--out is required to merge")
-    with DirectoryLock(args.out, "fsd-seqkd"):
-        summary = merge(args, src, tgt, inputs)
-    if decode_seconds is not None:
-        summary["decode_seconds"] = round(decode_seconds, 1)
-        summary["sentences_per_second"] = round(len(inputs) / decode_seconds, 1)
-        with open(os.path.join(args.out, "seqkd_summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+    extra = {} if decode_seconds is None else {
+        "decode_seconds": round(decode_seconds, 1),
+        "sentences_per_second": round(len(inputs) / max(decode_seconds, 1e-9), 1)}
+    summary = write_output(args, lambda directory: merge(args, src, tgt, inputs, directory), extra)
     print("[seqkd] " + ", ".join(f"{k} {v:,}" if isinstance(v, int) and not isinstance(v, bool)
                                  else f"{k} {v}" for k, v in summary.items()))
     print(f"[seqkd] new data directory: {args.out}")

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.evaluation.generate import progress_bar
+from fairseq_distill.seqkd.decode import read_shard
 from fairseq_distill.seqkd.selection import select_hypotheses
 from fairseq_distill.text.segmentation import META_FILE, Segmenter, load_meta
 from fairseq_distill.seqkd.inputs import Inputs, count_side, load_side, shard_path, sources_digest
@@ -18,27 +19,26 @@ from fairseq_distill.seqkd.inputs import Inputs, count_side, load_side, shard_pa
 EXTERNAL_BACKEND = "ctranslate2 model"  # fairseq_distill.seqkd.external.BACKEND
 # an external teacher's text work around decoding, per shard (fairseq_distill.seqkd.external)
 TEXT_STAGES = ("tokenize_seconds", "detokenize_seconds", "segment_seconds")
+PAIRS_FILE = "seqkd_pairs.tsv"  # with --targets K > 1: which sentence and hypothesis each pair holds
 
 
-def read_shards(args):
-    """Every shard's header (None for a file without one) and the n-best lists by id."""
+def read_shards(args, parts: Optional[list] = None):
+    """Every shard's header (None for a file without one) and the n-best lists by id; ``parts``,
+    if given, gets each shard's (SHA-256, sentence ids), in shard order."""
     headers, lists = [], {}
     for shard_id in range(args.num_shards):
         path = shard_path(args.work, shard_id, args.num_shards)
         if not os.path.isfile(path):
             raise DistillError(f"shard {shard_id} of {args.num_shards} is missing: {path} "
                                f"(run with --shard-id {shard_id} first)")
-        header = None
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                record = json.loads(line)
-                if "id" not in record:
-                    header = record
-                    continue
-                if record["id"] in lists:
-                    raise DistillError(f"sentence id {record['id']} appears in two shards")
-                lists[record["id"]] = record.get("nbest") or [record["hyp"]]
+        header, found, digest = read_shard(path)
+        twice = next((i for i in found if i in lists), None)
+        if twice is not None:
+            raise DistillError(f"sentence id {twice} appears in two shards")
+        lists.update(found)
         headers.append(header)
+        if parts is not None:
+            parts.append((digest, sorted(found)))
     return headers, lists
 
 
@@ -91,11 +91,19 @@ def check_translated_source(settings, args, train_sources: List[str]):
                            f"(fsd-seqkd without --merge), or merge them with the --data they were decoded from")
 
 
-def merge(args, src, tgt, inputs: Optional[Inputs] = None):
+def merge(args, src, tgt, inputs: Optional[Inputs] = None, dest: Optional[str] = None):
+    """The merged data binarized into ``dest`` (default ``args.out``); returns the summary, which
+    the caller writes (:mod:`fairseq_distill.seqkd.output` builds a new directory and switches it in)."""
+    dest = dest or args.out
     started = time.time()
-    headers, lists = read_shards(args)
+    parts = [] if args.select == "mbr" else None  # each shard's digest and ids, for its MBR rankings
+    headers, lists = read_shards(args, parts)
     settings = shard_settings(headers, args)
     check_source_matches(settings, args)
+    if args.select == "mbr":
+        from fairseq_distill.seqkd.mbr_shards import check_merge
+
+        check_merge(settings, args)
     if inputs is None:
         mono_dir = None
         if args.source:
@@ -111,9 +119,9 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None):
     unknown = sorted(i for i in lists if not 0 <= i < total)
     if unknown:
         raise DistillError(f"hypotheses for ids outside the corpus (0..{total - 1}): {unknown[:5]}")
-    chosen = choose(args, lists, references, n)
-    hyps = {i: lists[i][k] for i, k in chosen.items()}
-    missing = [i for i in range(total) if not hyps.get(i, "").strip()]
+    chosen, selection = choose(args, lists, references, n, parts)
+    hyps = {i: [lists[i][k] for k in ks] for i, ks in chosen.items()}  # each sentence's targets, best first
+    missing = [i for i in range(total) if not any(h.strip() for h in hyps.get(i, ()))]
     if missing and args.on_missing == "fail":
         train_missing = [i for i in missing if i < n]
         mono_missing = [i - n + 1 for i in missing if i >= n]
@@ -136,29 +144,29 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None):
     missing_set = set(missing)
     train_missing = [i for i in missing if i < n]
     sources = inputs.train + inputs.mono
-    targets = {i: references[i] if i in missing_set else hyps[i] for i in range(n)}
+    targets = {i: [references[i]] if i in missing_set else hyps[i] for i in range(n)}
     targets.update({i: hyps[i] for i in range(n, total) if i not in missing_set})
-
-    keep = sorted(targets)
+    # the pairs in corpus order; a source with several targets (--targets K) has them side by side
+    pairs = [(i, target) for i in sorted(targets) for target in targets[i]]
+    keep = pairs
     filtered = 0
     if args.max_len_ratio:
         r = args.max_len_ratio
-        keep = [i for i in keep
-                if 1 / r <= len(targets[i].split()) / max(len(sources[i].split()), 1) <= r]
-        filtered = len(targets) - len(keep)
+        keep = [(i, t) for i, t in pairs if 1 / r <= len(t.split()) / max(len(sources[i].split()), 1) <= r]
+        filtered = len(pairs) - len(keep)
 
-    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(dest, exist_ok=True)
     text_prefix = os.path.join(args.work, "seqkd")
     with open(f"{text_prefix}.{src}", "w", encoding="utf-8") as fs, \
             open(f"{text_prefix}.{tgt}", "w", encoding="utf-8") as ft:
-        for i in keep:
+        for i, target in keep:
             fs.write(sources[i] + "\n")
-            ft.write(targets[i] + "\n")
+            ft.write(target + "\n")
     log_path = os.path.join(args.work, "preprocess.log")  # its options and counts, not the terminal's
     with open(log_path, "w", encoding="utf-8") as log:
         code = subprocess.run([
             sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
-            "--trainpref", text_prefix, "--destdir", args.out,
+            "--trainpref", text_prefix, "--destdir", dest,
             "--srcdict", os.path.join(args.data, f"dict.{src}.txt"),
             "--tgtdict", os.path.join(args.data, f"dict.{tgt}.txt"),
             "--workers", "1",
@@ -167,48 +175,58 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None):
         raise DistillError(f"fairseq-preprocess failed (exit status {code}) binarizing the seq-KD data; "
                            f"its log: {log_path}")
     # binarized train must hold exactly the kept pairs
-    written = count_side(args.out, "train", src, tgt, tgt)
+    written = count_side(dest, "train", src, tgt, tgt)
     if written != len(keep):
         raise DistillError(f"binarized {written} pairs but wrote {len(keep)}")
-    copy_other_splits(args.data, args.out, n_train=len(keep), source=args.source)
+    copy_other_splits(args.data, dest, n_train=len(keep), source=args.source)
+    if selection.get("targets", 1) > 1:
+        write_pair_origins(dest, keep, hyps, chosen)
 
     stats = [(h or {}).get("stats", {}) for h in headers]
     if settings.get("backend") == EXTERNAL_BACKEND:
         at_limit = sum(s.get("at_length_limit", 0) for s in stats)  # counted on the teacher's own tokens
     else:
         limit = {"a": settings.get("max_len_a", args.max_len_a), "b": settings.get("max_len_b", args.max_len_b)}
-        at_limit = sum(len(targets[i].split()) >= int(limit["a"] * (len(sources[i].split()) + 1) + limit["b"])
-                       for i in keep if i not in missing_set)
+        at_limit = sum(len(t.split()) >= int(limit["a"] * (len(sources[i].split()) + 1) + limit["b"])
+                       for i, t in keep if i not in missing_set)
     summary = {
         "sentences": n, "kept": len(keep), "filtered_by_length_ratio": filtered,
         "missing_or_empty": len(missing),
         "replaced_by_reference": len(train_missing) if args.on_missing == "reference" else 0,
         "monolingual_sentences": m,
-        "monolingual_added": sum(1 for i in keep if i >= n),
+        "monolingual_added": sum(1 for i, _ in keep if i >= n),
         "monolingual_left_out": len(missing) - len(train_missing) if args.on_missing == "reference" else 0,
         "backend": settings.get("backend", "fairseq"),
         "compute_type": settings.get("compute_type"),
         "beam": settings.get("beam"), "lenpen": settings.get("lenpen"),
         "nbest": max(map(len, lists.values()), default=1),
-        "select": args.select,
-        "selected_other_than_1best": sum(1 for i, k in chosen.items() if k != 0 and i < n),
+        "select": args.select, **selection,
+        "selected_other_than_1best": sum(1 for i, ks in chosen.items() if ks[0] != 0 and i < n),
         "hypotheses_at_length_limit": at_limit,
         "redecoded_with_fairseq": sum(s.get("redecoded_with_fairseq", 0) for s in stats),
-        "hypothesis_tokens": sum(len(targets[i].split()) for i in keep),
+        "hypothesis_tokens": sum(len(t.split()) for _, t in keep),
         **{key: round(sum(s[key] for s in stats), 2) for key in TEXT_STAGES if all(key in s for s in stats)},
         "merge_seconds": round(time.time() - started, 1),
     }
-    with open(os.path.join(args.out, "seqkd_summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
     return summary
 
 
-def choose(args, lists: Dict[int, List[str]], references: List[str], n: int) -> Dict[int, int]:
-    """Which hypothesis of each n-best list becomes the target (indices into the lists)."""
+def choose(args, lists: Dict[int, List[str]], references: List[str], n: int, parts=None):
+    """Which hypotheses of each n-best list become its targets (indices into the lists, best
+    first: one, or under --select mbr --targets K the first K non-empty ones by MBR score), and
+    what the summary says of the selection."""
+    if args.select == "mbr":
+        from fairseq_distill.seqkd.mbr_shards import rank_shards
+
+        k = args.targets or 1
+        rankings, seconds = rank_shards(args, lists, parts)
+        chosen = {i: [j for j in rankings[i] if lists[i][j].strip()][:k] or rankings[i][:1] for i in lists}
+        return chosen, {"targets": k, "mbr_seconds": round(seconds, 1),
+                        "sources_with_fewer_targets": sum(1 for ks in chosen.values() if len(ks) < k)}
     multi = [i for i in sorted(lists) if len(lists[i]) > 1]
-    chosen = {i: 0 for i in lists}
+    chosen = {i: [0] for i in lists}
     if args.select == "first" or not multi:
-        return chosen
+        return chosen, {"targets": 1}
     meta = load_meta(args.data)
     if meta is None:
         raise DistillError(f"--select chrf scores detokenised text and needs the subword model the data was "
@@ -222,8 +240,21 @@ def choose(args, lists: Dict[int, List[str]], references: List[str], n: int) -> 
         picks = select_hypotheses(texts, refs, "chrf", progress=bar.update)
     finally:
         bar.close()
-    chosen.update(zip(multi, picks))
-    return chosen
+    chosen.update((i, [k]) for i, k in zip(multi, picks))
+    return chosen, {"targets": 1}
+
+
+def write_pair_origins(dest: str, keep, hyps, chosen):
+    """``PAIRS_FILE``: for each training pair of ``dest``, in order, the sentence it translates
+    (its id in the original data, then the --source lines) and which of the teacher's hypotheses
+    it holds (0 = the 1-best): with several targets per source the pairs' ids no longer follow
+    the original corpus's."""
+    with open(os.path.join(dest, PAIRS_FILE), "w", encoding="utf-8") as f:
+        f.write("pair\tsentence\thypothesis\n")
+        for pair, (i, target) in enumerate(keep):
+            # a replaced reference (--on-missing reference) is no hypothesis: -1
+            k = next((k for k, h in zip(chosen.get(i, ()), hyps.get(i, ())) if h == target), -1)
+            f.write(f"{pair}\t{i}\t{k}\n")
 
 
 def copy_other_splits(data, out, n_train, source=None):

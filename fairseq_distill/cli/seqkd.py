@@ -21,8 +21,14 @@ binarized with the teacher's dictionaries into a new data directory.
     fsd-seqkd --teacher teacher.pt --data data-bin --out data-bin-seqkd --backend ctranslate2 \\
         --nbest 4 --select chrf --source mono.de
 
-Every training sentence must get exactly one hypothesis, put back in corpus order. A
-missing or empty hypothesis stops the merge (``--on-missing fail``, the default) or is
+    # no reference needed: 8-best lists, the 2 hypotheses of highest expected chrF against the
+    # others (minimum Bayes risk) each kept as a training pair
+    fsd-seqkd --teacher teacher.pt --data data-bin --out data-bin-seqkd --beam 8 --nbest 8 \\
+        --select mbr --targets 2 --source mono.de
+
+Every training sentence must get exactly one hypothesis (with --targets K up to K, the
+non-empty ones; fewer are counted), put back in corpus order. A missing or empty hypothesis
+stops the merge (``--on-missing fail``, the default) or is
 replaced by the original reference (``--on-missing reference``); either way it is
 reported. ``--max-len-ratio R`` drops pairs whose hypothesis/source length ratio is above
 R or below 1/R, and reports how many. The valid and test sets are copied unchanged.
@@ -103,8 +109,14 @@ def build_parser():
                    "chooses one")
     p.add_argument("--select", choices=SELECTIONS, default="chrf",
                    help="with --nbest > 1: chrf keeps the hypothesis with the best sentence chrF against the "
-                   "reference (detokenised text; ties keep the higher-ranked one), first the 1-best; "
-                   "--source lines have no reference and keep the 1-best (default: chrf)")
+                   "reference (detokenised text; ties keep the higher-ranked one; --source lines have no "
+                   "reference and keep the 1-best), first the 1-best, mbr the one with the highest mean "
+                   "sentence chrF against the other hypotheses, no reference needed (minimum Bayes risk; "
+                   "each shard's rankings are kept in the work directory) (default: chrf)")
+    p.add_argument("--targets", type=int, default=None, metavar="K",
+                   help="with --select mbr: keep the K best hypotheses by MBR score (at most --nbest), each as "
+                   "a training pair, the source repeated; a source's pairs are side by side in corpus order "
+                   "and OUT/seqkd_pairs.tsv says which sentence and hypothesis each pair holds (default: 1)")
     p.add_argument("--source", metavar="FILE",
                    help="raw monolingual source text, one sentence per line: translated by the teacher too "
                    "and added to the training pairs (segmented and binarized as the corpus was); an "

@@ -5,6 +5,7 @@ import os
 from typing import Optional
 
 
+from fairseq_distill.errors import DistillError
 from fairseq_distill.evaluation.generate import progress_bar, run_generate
 from fairseq_distill.seqkd.inputs import Inputs, shard_path
 
@@ -64,6 +65,25 @@ def shard_settings(args) -> Optional[dict]:
         except ValueError:
             return None
     return header.get("settings") if isinstance(header, dict) else None
+
+
+def read_shard(path: str):
+    """A shard file's header (None if it has none), its n-best lists by sentence id (a record
+    without ``nbest`` holds its one hypothesis) and the file's SHA-256."""
+    import hashlib
+
+    header, lists, digest = None, {}, hashlib.sha256()
+    with open(path, "rb") as f:
+        for line in f:
+            digest.update(line)
+            record = json.loads(line)
+            if "id" not in record:
+                header = record
+                continue
+            if record["id"] in lists:
+                raise DistillError(f"sentence id {record['id']} appears twice in {path}")
+            lists[record["id"]] = record.get("nbest") or [record["hyp"]]
+    return header, lists, digest.hexdigest()
 
 
 def shard_records(nbest, kept: int):

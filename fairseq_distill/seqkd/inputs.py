@@ -41,6 +41,7 @@ class SeqKDJob:
     max_len_b: int = 10
     nbest: int = 1
     select: str = "chrf"
+    targets: Optional[int] = None  # --select mbr: the K best hypotheses each become a pair (default 1)
     source: Optional[str] = None  # monolingual source text to translate as well
     batch_size: int = 128
     max_tokens: Optional[int] = None
@@ -106,7 +107,18 @@ def check_options(args: SeqKDJob):
     if not 1 <= args.nbest <= args.beam:
         raise DistillError(f"--nbest must be between 1 and the beam size ({args.beam}), got {args.nbest}: "
                            f"beam search finds at most beam-size hypotheses")
-    check_selection(args.select)
+    check_selection(args.select, args.targets)
+    if args.select == "mbr" and args.teacher_translations:
+        raise DistillError("--select mbr compares the teacher's hypotheses with each other, but --teacher-translations "
+                           "gives one translation per sentence: nothing to choose from; drop --select mbr")
+    if args.select == "mbr" and not args.merge:  # a merge checks the n-best the shards hold
+        if args.nbest < 2:
+            raise DistillError(f"--select mbr compares the teacher's hypotheses with each other: it needs --nbest 2 "
+                               f"or more (and --beam at least as large), got --nbest {args.nbest}")
+        if (args.targets or 1) > args.nbest:
+            raise DistillError(f"--targets {args.targets} is more than --nbest {args.nbest}: MBR keeps K of the "
+                               f"teacher's N hypotheses; pass --nbest {args.targets} or more (and --beam at least "
+                               f"as large), or fewer --targets")
     if args.on_missing not in ("fail", "reference"):
         raise DistillError(f"unknown --on-missing '{args.on_missing}'; choose fail or reference")
     if args.max_len_ratio is not None and args.max_len_ratio < 1:

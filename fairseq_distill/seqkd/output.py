@@ -48,8 +48,9 @@ def made_from(args) -> dict:
             for block in iter(lambda: f.read(1 << 22), b""):
                 h.update(block)
     return {"shards_sha256": h.hexdigest(), "data_sha256": directory_digest(args.data),
-            "options": {"subset": args.subset, "select": args.select, "on_missing": args.on_missing,
-                        "max_len_ratio": args.max_len_ratio, "num_shards": args.num_shards}}
+            "options": {"subset": args.subset, "select": args.select, "targets": args.targets,
+                        "on_missing": args.on_missing, "max_len_ratio": args.max_len_ratio,
+                        "num_shards": args.num_shards}}
 
 
 def read_json(directory: str, name: str) -> Optional[dict]:

@@ -4,15 +4,18 @@
 default parameters: character 6-grams, beta 2, no word n-grams) against the sentence's
 reference, the way Mozilla's translations pipeline picks its distillation targets: the
 student then learns the teacher output that is closest to the human translation.
-``first`` keeps the teacher's 1-best.
+``first`` keeps the teacher's 1-best. ``mbr`` needs no reference: it keeps the hypothesis of
+highest expected sentence chrF against the other hypotheses of the list (minimum Bayes risk,
+:mod:`fairseq_distill.seqkd.mbr`); :func:`rank_by_mbr` orders the whole list that way, for
+``--targets K``.
 
 Texts are compared as detokenised text (subword pieces joined back with the corpus's own
 segmentation model, :meth:`fairseq_distill.text.segmentation.Segmenter.decode`), hypothesis and
 reference alike; scoring the pieces themselves would count sentencepiece's ``▁`` markers
 as characters.
 
-A tie keeps the earlier, higher-ranked hypothesis. A sentence without a reference (a line of
-monolingual source) keeps its 1-best.
+A tie keeps the earlier, higher-ranked hypothesis. Under ``chrf`` a sentence without a reference
+(a line of monolingual source) keeps its 1-best; ``mbr`` treats every sentence alike.
 
 Speed: the selection dominated the merge of n-best shards, because ``sentence_score`` extracts
 the reference's n-grams again for every hypothesis. The reference is analysed once per sentence
@@ -20,17 +23,25 @@ here (through sacreBLEU's own statistics, so the scores are ``sentence_score``'s
 the sentences are split over worker processes.
 """
 import os
+from collections import deque
 from multiprocessing import get_all_start_methods, get_context
-from typing import List, Optional, Sequence
+from typing import Iterable, Iterator, List, Optional, Sequence
 
 from fairseq_distill.errors import DistillError
 
-SELECTIONS = ("chrf", "first")
+SELECTIONS = ("chrf", "first", "mbr")
 
 
-def check_selection(method: str):
+def check_selection(method: str, targets: Optional[int] = None):
+    """``--select`` is known, and ``--targets`` (several targets per source) goes with mbr only."""
     if method not in SELECTIONS:
         raise DistillError(f"unknown --select '{method}'; choose one of {', '.join(SELECTIONS)}")
+    if targets is not None and method != "mbr":
+        raise DistillError(f"--targets applies to --select mbr only (the K hypotheses of highest expected "
+                           f"utility, each a training pair); --select {method} keeps one hypothesis per sentence: "
+                           f"drop --targets, or pass --select mbr")
+    if targets is not None and targets < 1:
+        raise DistillError(f"--targets must be at least 1, got {targets}")
 
 
 def select_hypotheses(nbest: Sequence[Sequence[str]], references: Sequence[Optional[str]],
@@ -45,6 +56,8 @@ def select_hypotheses(nbest: Sequence[Sequence[str]], references: Sequence[Optio
     chosen = [0] * len(nbest)
     if method == "first":
         return chosen
+    if method == "mbr":
+        return [ranking[0] if ranking else 0 for ranking, _ in rank_by_mbr(nbest, progress, workers)]
     for i, hyps in enumerate(nbest):
         if not hyps:
             raise ValueError(f"sentence {i} has an empty n-best list")
@@ -61,7 +74,41 @@ def select_hypotheses(nbest: Sequence[Sequence[str]], references: Sequence[Optio
 CHUNK = 1000  # sentences a worker scores at a time (and the progress step)
 
 
-def collect(results, progress) -> List[int]:
+def worker_count(workers: Optional[int], chunks: Optional[int]) -> int:
+    """``workers``, or one per CPU this process may run on, and no more than there are chunks."""
+    if not workers:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, workers if chunks is None else min(workers, chunks))
+
+
+def rank_by_mbr(nbest: Sequence[Sequence[str]], progress=None, workers: Optional[int] = None):
+    """Each list's hypotheses ordered by MBR score, best first, and their scores in the list's own
+    order (:func:`fairseq_distill.seqkd.mbr.rank`)."""
+    chunks = [nbest[start:start + CHUNK] for start in range(0, len(nbest), CHUNK)]
+    return collect(mbr_chunks(chunks, worker_count(workers, len(chunks))), progress)
+
+
+def mbr_chunks(chunks: Iterable[Sequence[Sequence[str]]], workers: Optional[int] = None) -> Iterator[list]:
+    """:func:`fairseq_distill.seqkd.mbr.rank` of each chunk of n-best lists, in order, the chunks
+    split over worker processes (default: one per CPU this process may use). The chunks are read
+    as the workers need them, a few ahead, so a generator keeps memory bounded."""
+    from fairseq_distill.seqkd.mbr import rank
+
+    workers = worker_count(workers, None)
+    if workers == 1 or "fork" not in get_all_start_methods():
+        yield from map(rank, chunks)
+        return
+    with get_context("fork").Pool(workers) as pool:
+        pending = deque()
+        for chunk in chunks:
+            pending.append(pool.apply_async(rank, (chunk,)))
+            if len(pending) > 2 * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+def collect(results, progress) -> list:
     chosen = []
     for picks in results:
         chosen += picks

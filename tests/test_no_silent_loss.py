@@ -354,3 +354,33 @@ def test_a_seqkd_switch_cut_short_is_finished_or_undone_by_the_next_merge(tmp_pa
         assert os.listdir(root) == []  # nothing left beside it
         assert f"a switch cut short is finished (the {expected} data put in place)" in capsys.readouterr().err
         shutil.rmtree(out)
+
+
+# -- the distillation task checks its data-bin --------------------------------------------------
+
+@pytest.mark.parametrize("missing", ["train.de-en.de.idx", "train.de-en.en.bin", "dict.en.txt"])
+def test_a_data_bin_missing_a_file_is_named_by_the_task(tiny_data, tmp_path, missing):
+    """fairseq-train --task translation_distill on a data-bin without train.*.idx ended in a
+    TypeError about prev_output_tokens, without dict.*.txt in a FileNotFoundError traceback."""
+    from helpers import build
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    os.remove(data / missing)
+    with pytest.raises(DistillError, match=rf"{data} has no {missing.replace('.', '[.]')}"):
+        _, task, _ = build(str(data), "--task", "translation_distill")
+        task.load_dataset("train")
+
+
+@pytest.mark.slow
+def test_fairseq_train_names_the_missing_file_of_its_data_bin_in_one_line(tiny_data, tmp_path):
+    from helpers import PACKAGE_DIR, fairseq_train
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    os.remove(data / "train.de-en.de.idx")
+    with pytest.raises(AssertionError) as failed:
+        fairseq_train(str(data), str(tmp_path / "s"), "--user-dir", PACKAGE_DIR, "--task", "translation_distill",
+                      "--criterion", "label_smoothed_cross_entropy", "--max-update", "1")
+    assert f"{data} has no train.de-en.de.idx" in str(failed.value)
+    assert "Traceback" not in str(failed.value)

@@ -12,14 +12,22 @@ or run them. With ``--teacher-cache`` (made by ``fsd-cache-teacher``) word-level
 teacher's stored top-k distributions instead (:meth:`load_teacher_cache`), and with word-level
 KD alone no teacher is loaded; the cache is checked against the dictionary when opened,
 against the teachers when both are used, and against the training subset when it is loaded.
+
+The data directory is checked as it is read: a missing dictionary when the task is set up, a
+subset's missing ``.bin`` or ``.idx`` when the subset is loaded, each named (fairseq fails on
+them with a traceback, or trains on a subset without its targets).
 """
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from fairseq import utils
+from fairseq.data import data_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from fairseq_distill.data_bin import check_dictionaries, check_subset
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import stack_shape
 from fairseq_distill.teacher.frozen import DICTIONARIES_KEY, TeacherEnsemble
@@ -76,6 +84,17 @@ class TranslationDistillTask(TranslationTask):
         # (layers, width) per side and (layers, heads) per attention type of the student
         self.student_shape: Optional[dict] = None
         self.criterion = None  # the criterion this task built, told the training progress
+
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        path = utils.split_paths(cfg.data)[0] if cfg.data else None
+        if path and os.path.isdir(path):
+            src, tgt = cfg.source_lang, cfg.target_lang
+            if src is None or tgt is None:
+                src, tgt = data_utils.infer_language_pair(path)
+            if src and tgt:
+                check_dictionaries(path, src, tgt)
+        return super().setup_task(cfg, **kwargs)
 
     def begin_epoch(self, epoch, model):
         super().begin_epoch(epoch, model)
@@ -148,6 +167,9 @@ class TranslationDistillTask(TranslationTask):
         return self.teacher_cache
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        paths = utils.split_paths(self.cfg.data)
+        if paths and self.cfg.dataset_impl != "raw":
+            check_subset(paths[(epoch - 1) % len(paths)], split, self.cfg.source_lang, self.cfg.target_lang)
         super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         if self.teacher_cache is not None and split == self.cfg.train_subset:
             self.teacher_cache.check_dataset(split, self.datasets[split])

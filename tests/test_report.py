@@ -92,7 +92,7 @@ class FakeTest:
     source_words = 5
 
 
-def test_rounds_alternate_models_and_keep_each_ones_fastest_round():
+def test_rounds_alternate_models_and_keep_each_ones_fastest_round(tmp_path):
     calls = []
     seconds = {0: 2.0, 1: 1.0, 2: 1.5}  # by round
     latencies = {0: [0.01, 0.03], 1: [0.02, 0.02], 2: [0.005, 0.04]}
@@ -105,7 +105,9 @@ def test_rounds_alternate_models_and_keep_each_ones_fastest_round():
         if backend.startswith("ctranslate2"):
             out["outputs"] = FakeTest.references if round_index < 2 else ["a dog", "two cats"]
         else:
-            out.update(hypotheses="h.txt", bleu=1.0, chrf=2.0, signatures={})
+            hypotheses = tmp_path / f"{m.name}.{backend}.{threads}.{round_index}.txt"
+            hypotheses.write_text("a dog\ntwo cats\n", encoding="utf-8")  # alike in every round
+            out.update(hypotheses=str(hypotheses), bleu=1.0, chrf=2.0, signatures={})
             out["chrf++"] = 3.0
         return out
 
@@ -160,6 +162,8 @@ def test_bad_input_is_named(tiny_data, tiny_teacher, tmp_path):
         ([tiny_teacher, f"s={tiny_teacher}", *base, "--threads", "1", "0"], "thread counts must be at least 1"),
         ([tiny_teacher, f"s={tiny_teacher}", *base, "--latency-sentences", "0"],
          "--latency-sentences must be at least 1, got 0"),
+        ([tiny_teacher, f"s={tiny_teacher}", "--data", tiny_data, "--out", str(tmp_path)],
+         f"--out '{tmp_path}' is a folder; give the report's path without extension"),
     ]
     for argv, message in cases:
         said = report_error(argv)

@@ -1,6 +1,6 @@
 """A teacher and its students at deployment, in one report: quality, size, speed and latency.
 
-    fsd-report TEACHER.pt STUDENT.pt [STUDENT.pt ...] --data DATA_BIN --out bench/results/report_NAME \\
+    fsd-report TEACHER.pt STUDENT.pt [STUDENT.pt ...] --data DATA_BIN --out reports/NAME \\
         [--subset test] [--rounds 3] [--threads 1 N] [--beam 4] [--batch-size 64]
 
 A model is PATH or NAME=PATH (the name defaults to the file's stem, or to its folder's name for
@@ -29,7 +29,7 @@ def build_parser():
                                                  "(fsd-prepare-corpus's DIR/bin)")
     p.add_argument("--out", required=True, help="the report's path without extension: OUT.json, OUT.md, OUT.png")
     p.add_argument("--work", help="exports, hypotheses and logs (default: OUT.work)")
-    p.add_argument("--subset", default="test")
+    p.add_argument("--subset", default="test", help="the binarized subset whose raw text the data keeps (default test)")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds; each model's fastest counts (default 3)")
     p.add_argument("--threads", type=int, nargs="+",
                    help="CPU thread counts to time (default: 1 and every core this process may use)")

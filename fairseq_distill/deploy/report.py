@@ -86,6 +86,12 @@ def check_options(options: ReportOptions):
         raise DistillError(f"--samples must be >= 0, got {options.samples}")
 
 
+def check_out(out: str):
+    if not os.path.basename(out) or os.path.isdir(out):
+        raise DistillError(f"--out '{out}' is a folder; give the report's path without extension, e.g. "
+                           f"{os.path.join(out, 'report_NAME')} for report_NAME.json, .md and .png there")
+
+
 def prepare_model(spec: ModelSpec, dictionary_check: str, test, work: str, decoding) -> PreparedModel:
     """The decoding checkpoint and CTranslate2 exports of one model, in ``work/NAME``."""
     folder = os.path.join(work, spec.name)
@@ -137,6 +143,7 @@ def make_report(teacher: str, students: Sequence[str], data_bin: str, out: str, 
     Returns the JSON's record."""
     options = options or ReportOptions()
     check_options(options)
+    check_out(out)
     try:
         import ctranslate2  # noqa: F401
     except ImportError as e:

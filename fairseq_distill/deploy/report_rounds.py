@@ -121,11 +121,16 @@ def record_round(entry: Timed, result: dict, test):
         elif result["outputs"] != entry.outputs:
             entry.same_outputs = False
     elif "hypotheses" in result:
-        scores = {k: result[k] for k in ("bleu", "chrf", "chrf++")}
         if entry.hypotheses is None:
-            entry.hypotheses, entry.scores = result["hypotheses"], {**scores, "signatures": result["signatures"]}
-        elif scores != {k: entry.scores[k] for k in scores}:
+            entry.hypotheses = result["hypotheses"]
+            entry.scores = {**{k: result[k] for k in ("bleu", "chrf", "chrf++")}, "signatures": result["signatures"]}
+        elif read_text(result["hypotheses"]) != read_text(entry.hypotheses):
             entry.same_outputs = False
+
+
+def read_text(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
 
 
 def summarize(entry: Timed, words: int) -> dict:
@@ -134,7 +139,7 @@ def summarize(entry: Timed, words: int) -> dict:
     if entry.skipped:
         return {"skipped": entry.skipped}
     best = fastest_round(entry.rounds)
-    out = {**rates(words, best["sentences"], best["seconds"]), "seconds": round(best["seconds"], 4),
+    out = {**rates(words, best["sentences"], best["seconds"]), "seconds": round(best["seconds"], 6),
            "sentences": best["sentences"],
            "words_per_second_rounds": [rates(words, r["sentences"], r["seconds"])["words_per_second"]
                                        for r in entry.rounds],

@@ -384,3 +384,48 @@ def test_fairseq_train_names_the_missing_file_of_its_data_bin_in_one_line(tiny_d
                       "--criterion", "label_smoothed_cross_entropy", "--max-update", "1")
     assert f"{data} has no train.de-en.de.idx" in str(failed.value)
     assert "Traceback" not in str(failed.value)
+
+
+# -- fsd-evaluate without the data-bin's metadata ---------------------------------------------------
+
+def test_evaluate_without_metadata_takes_the_segmentation_from_the_directory_or_refuses(tiny_data, tmp_path,
+                                                                                      monkeypatch):
+    """A subword-nmt data-bin without fairseq_distill.json (a stock fairseq data-bin looks the same)
+    was post-processed as sentencepiece: words glued together, BLEU wrong, nothing said."""
+    import fairseq_distill.evaluation.evaluate as evaluation
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    os.remove(data / "fairseq_distill.json")
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(b"")
+    given = []
+
+    class Decoded(Exception):
+        pass
+
+    def generate(data_bin, checkpoints, subset, args, **kwargs):
+        given.append(args[len(args) - 1 - args[::-1].index("--post-process") + 1])  # the last one counts
+        raise Decoded
+
+    monkeypatch.setattr(evaluation, "run_generate", generate)
+    for files, expected in ((("sentencepiece.model",), "sentencepiece"), (("bpe.codes",), "subword_nmt")):
+        for name in ("sentencepiece.model", "bpe.codes"):
+            if os.path.exists(data / name):
+                os.remove(data / name)
+        for name in files:
+            (data / name).write_text("#version: 0.2\n")
+        with pytest.raises(Decoded):
+            evaluation.evaluate(str(checkpoint), str(data))
+        assert given[-1] == expected, files
+    (data / "sentencepiece.model").write_text("")  # both kinds: which one is the data's?
+    with pytest.raises(DistillError, match=rf"{data} has no fairseq_distill.json .* holds both bpe.codes and "
+                                           r"sentencepiece.model.* pass --post-process subword_nmt"):
+        evaluation.evaluate(str(checkpoint), str(data))
+    for name in ("sentencepiece.model", "bpe.codes"):
+        os.remove(data / name)
+    with pytest.raises(DistillError, match=rf"{data} has no fairseq_distill.json .* neither .* pass --post-process"):
+        evaluation.evaluate(str(checkpoint), str(data))
+    with pytest.raises(Decoded):  # the user's own choice is taken
+        evaluation.evaluate(str(checkpoint), str(data), extra_args=["--post-process", "none"])
+    assert given[-1] == "none"

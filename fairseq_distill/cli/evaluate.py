@@ -4,7 +4,10 @@
     fsd-evaluate CHECKPOINT DATA_BIN --ctranslate2 CT2_DIR [CT2_DIR ...]
 
 References are the raw test sentences kept by ``prepare_corpus`` (``DATA_BIN/raw``);
-for data prepared otherwise, the detokenised target side of the binarized test set.
+for data prepared otherwise, the detokenised target side of the binarized test set. The
+subword segmentation is removed as ``fairseq_distill.json`` records it; a data-bin without that
+file (a stock fairseq one) is taken by the subword model it holds (``bpe.codes``: subword-nmt, a
+``.model``: sentencepiece), and refused, naming ``--post-process``, when it holds neither or both.
 Writes ``CHECKPOINT_STEM.SUBSET.hyp.txt`` and ``CHECKPOINT_STEM.SUBSET.eval.json`` next to
 the checkpoint and prints one summary line.
 

@@ -13,6 +13,7 @@ data prepared otherwise, the detokenised target side of the binarized test set.
 """
 import json
 import os
+import sys
 
 import torch
 
@@ -20,10 +21,40 @@ from fairseq_distill.deploy.checkpoint import count_parameters
 from fairseq_distill.errors import DistillError
 from fairseq_distill.evaluation.generate import run_generate
 from fairseq_distill.evaluation.scoring import corpus_scores
-from fairseq_distill.text.segmentation import load_meta
+from fairseq_distill.text.segmentation import META_FILE, load_meta
 from fairseq_distill.text.files import read_lines
 
 POST_PROCESS = {"sentencepiece": "sentencepiece", "subword_nmt": "subword_nmt"}
+USER_POST_PROCESS = ("--post-process", "--remove-bpe")  # fairseq-generate's flag and its older name
+
+
+def subword_models(data_bin: str) -> dict:
+    """The subword models ``data_bin`` holds, by kind: subword-nmt codes, sentencepiece models."""
+    names = sorted(os.listdir(data_bin))
+    found = {"subword_nmt": [n for n in names if n in ("bpe.codes", "codes", "code") or n.endswith(".codes")],
+             "sentencepiece": [n for n in names if n.endswith(".model")]}
+    return {kind: files for kind, files in found.items() if files}
+
+
+def post_process(data_bin: str, meta, extra_args) -> list:
+    """fairseq-generate's --post-process: the user's own if given, else the segmentation that
+    fairseq_distill.json records, else the one the directory's subword model shows; refused,
+    naming --post-process, when none or both kinds are there (a stock fairseq data-bin)."""
+    if any(a.split("=")[0] in USER_POST_PROCESS for a in extra_args):
+        return []
+    if (meta or {}).get("bpe") in POST_PROCESS:
+        return ["--post-process", POST_PROCESS[meta["bpe"]]]
+    models = subword_models(data_bin)
+    if len(models) == 1:
+        (kind, files), = models.items()
+        print(f"[evaluate] {data_bin} has no {META_FILE}: its {files[0]} says {kind} (--post-process {kind}; pass "
+              f"--post-process to choose otherwise)", file=sys.stderr)
+        return ["--post-process", kind]
+    held = (f"holds both {' and '.join(files[0] for files in models.values())}" if models else
+            "holds neither a subword-nmt bpe.codes nor a sentencepiece .model")
+    raise DistillError(f"{data_bin} has no {META_FILE} recording how its text was segmented, and {held}: pass "
+                       f"--post-process subword_nmt (BPE with @@), --post-process sentencepiece or --post-process "
+                       f"none (no subwords), as the data were prepared")
 
 
 def read_references(data_bin, subset, meta, result):
@@ -68,14 +99,14 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
         raise DistillError(f"data directory not found: '{data_bin}'")
     check_subset(data_bin, subset)
     meta = load_meta(data_bin)
-    post = POST_PROCESS.get((meta or {}).get("bpe"), "sentencepiece")
+    post = post_process(data_bin, meta, extra_args)
     total = (meta or {}).get("sizes", {}).get(subset)
     first = checkpoint.split(":")[0]
     stem = os.path.splitext(first)[0] + (f".{tag}" if tag else "")
     args = [
         "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
         "--max-len-a", str(max_len_a), "--max-len-b", str(max_len_b),
-        "--post-process", post, *extra_args,
+        *post, *extra_args,
     ]
     result = run_generate(data_bin, checkpoint, subset, args, total=total,
                           log_path=f"{stem}.{subset}.generate.log", description=description or f"decode {subset}",

@@ -22,6 +22,7 @@ hypothesis holds adds the same to every pair, so only the rows where the hypothe
 batched matrix product. The scores then follow sacreBLEU's arithmetic operation by operation,
 so they are its floats exactly.
 """
+import math
 from typing import List, Sequence, Tuple
 
 import numpy as np
@@ -183,13 +184,13 @@ def utility_matrices(lists: Sequence[Sequence[str]]) -> List[np.ndarray]:
     return out
 
 
-def mbr_scores(utility: np.ndarray) -> np.ndarray:
-    """Each hypothesis's expected utility: the mean of its row over the other hypotheses."""
+def mbr_scores(utility: np.ndarray) -> List[float]:
+    """Each hypothesis's expected utility: the mean of its row over the other hypotheses, summed
+    exactly (math.fsum), so that two equal hypotheses tie exactly whatever their places."""
     size = utility.shape[0]
     if size < 2:
-        return np.zeros(size)
-    others = utility * (1 - np.eye(size))
-    return others.sum(axis=1) / (size - 1)
+        return [0.0] * size
+    return [math.fsum(row[:i].tolist() + row[i + 1:].tolist()) / (size - 1) for i, row in enumerate(utility)]
 
 
 def rank(lists: Sequence[Sequence[str]]) -> List[Tuple[List[int], List[float]]]:
@@ -198,5 +199,5 @@ def rank(lists: Sequence[Sequence[str]]) -> List[Tuple[List[int], List[float]]]:
     ranked = []
     for utility in utility_matrices(lists):
         scores = mbr_scores(utility)
-        ranked.append(([int(k) for k in np.argsort(-scores, kind="stable")], [float(s) for s in scores]))
+        ranked.append((sorted(range(len(scores)), key=lambda k: -scores[k]), scores))  # stable: ties in order
     return ranked

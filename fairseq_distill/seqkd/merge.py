@@ -144,22 +144,23 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None, dest: Optional[str] =
     missing_set = set(missing)
     train_missing = [i for i in missing if i < n]
     sources = inputs.train + inputs.mono
-    targets = {i: [references[i]] if i in missing_set else hyps[i] for i in range(n)}
-    targets.update({i: hyps[i] for i in range(n, total) if i not in missing_set})
+    # each sentence's targets as (hypothesis index, text); -1: the reference (--on-missing reference)
+    targets = {i: [(-1, references[i])] if i in missing_set else list(zip(chosen[i], hyps[i])) for i in range(n)}
+    targets.update({i: list(zip(chosen[i], hyps[i])) for i in range(n, total) if i not in missing_set})
     # the pairs in corpus order; a source with several targets (--targets K) has them side by side
-    pairs = [(i, target) for i in sorted(targets) for target in targets[i]]
+    pairs = [(i, k, target) for i in sorted(targets) for k, target in targets[i]]
     keep = pairs
     filtered = 0
     if args.max_len_ratio:
         r = args.max_len_ratio
-        keep = [(i, t) for i, t in pairs if 1 / r <= len(t.split()) / max(len(sources[i].split()), 1) <= r]
+        keep = [(i, k, t) for i, k, t in pairs if 1 / r <= len(t.split()) / max(len(sources[i].split()), 1) <= r]
         filtered = len(pairs) - len(keep)
 
     os.makedirs(dest, exist_ok=True)
     text_prefix = os.path.join(args.work, "seqkd")
     with open(f"{text_prefix}.{src}", "w", encoding="utf-8") as fs, \
             open(f"{text_prefix}.{tgt}", "w", encoding="utf-8") as ft:
-        for i, target in keep:
+        for i, _, target in keep:
             fs.write(sources[i] + "\n")
             ft.write(target + "\n")
     log_path = os.path.join(args.work, "preprocess.log")  # its options and counts, not the terminal's
@@ -180,7 +181,7 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None, dest: Optional[str] =
         raise DistillError(f"binarized {written} pairs but wrote {len(keep)}")
     copy_other_splits(args.data, dest, n_train=len(keep), source=args.source)
     if selection.get("targets", 1) > 1:
-        write_pair_origins(dest, keep, hyps, chosen)
+        write_pair_origins(dest, keep)
 
     stats = [(h or {}).get("stats", {}) for h in headers]
     if settings.get("backend") == EXTERNAL_BACKEND:
@@ -188,13 +189,13 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None, dest: Optional[str] =
     else:
         limit = {"a": settings.get("max_len_a", args.max_len_a), "b": settings.get("max_len_b", args.max_len_b)}
         at_limit = sum(len(t.split()) >= int(limit["a"] * (len(sources[i].split()) + 1) + limit["b"])
-                       for i, t in keep if i not in missing_set)
+                       for i, _, t in keep if i not in missing_set)
     summary = {
         "sentences": n, "kept": len(keep), "filtered_by_length_ratio": filtered,
         "missing_or_empty": len(missing),
         "replaced_by_reference": len(train_missing) if args.on_missing == "reference" else 0,
         "monolingual_sentences": m,
-        "monolingual_added": sum(1 for i, _ in keep if i >= n),
+        "monolingual_added": sum(1 for i, _, _ in keep if i >= n),
         "monolingual_left_out": len(missing) - len(train_missing) if args.on_missing == "reference" else 0,
         "backend": settings.get("backend", "fairseq"),
         "compute_type": settings.get("compute_type"),
@@ -204,7 +205,7 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None, dest: Optional[str] =
         "selected_other_than_1best": sum(1 for i, ks in chosen.items() if ks[0] != 0 and i < n),
         "hypotheses_at_length_limit": at_limit,
         "redecoded_with_fairseq": sum(s.get("redecoded_with_fairseq", 0) for s in stats),
-        "hypothesis_tokens": sum(len(t.split()) for _, t in keep),
+        "hypothesis_tokens": sum(len(t.split()) for _, _, t in keep),
         **{key: round(sum(s[key] for s in stats), 2) for key in TEXT_STAGES if all(key in s for s in stats)},
         "merge_seconds": round(time.time() - started, 1),
     }
@@ -244,17 +245,14 @@ def choose(args, lists: Dict[int, List[str]], references: List[str], n: int, par
     return chosen, {"targets": 1}
 
 
-def write_pair_origins(dest: str, keep, hyps, chosen):
+def write_pair_origins(dest: str, keep):
     """``PAIRS_FILE``: for each training pair of ``dest``, in order, the sentence it translates
     (its id in the original data, then the --source lines) and which of the teacher's hypotheses
-    it holds (0 = the 1-best): with several targets per source the pairs' ids no longer follow
-    the original corpus's."""
+    it holds (0 = the 1-best; -1 = the reference, under --on-missing reference): with several
+    targets per source the pairs' ids no longer follow the original corpus's."""
     with open(os.path.join(dest, PAIRS_FILE), "w", encoding="utf-8") as f:
         f.write("pair\tsentence\thypothesis\n")
-        for pair, (i, target) in enumerate(keep):
-            # a replaced reference (--on-missing reference) is no hypothesis: -1
-            k = next((k for k, h in zip(chosen.get(i, ()), hyps.get(i, ())) if h == target), -1)
-            f.write(f"{pair}\t{i}\t{k}\n")
+        f.writelines(f"{pair}\t{i}\t{k}\n" for pair, (i, k, _) in enumerate(keep))
 
 
 def copy_other_splits(data, out, n_train, source=None):

@@ -20,6 +20,11 @@ The data are prepared on the CPU beforehand when ``--workdir`` holds them (``--p
 a lent device then needs no tokeniser training. ``--smoke``: tiny models (1+1 and 2+2 layers,
 d = 16), 300 training sentences, 3 updates per step, beam 1, three of the steps (teacher, no KD,
 a2d), fp32.
+
+A call is checked before anything runs: an ``--only`` step the recipe lacks, a ``--reuse`` file
+that is missing and a damaged results JSON (``--reuse`` or the one in ``--out``) are refused,
+naming them; the full run on a machine without a GPU stops unless ``--allow-cpu``. The results
+files are replaced whole (written beside, then renamed).
 """
 import argparse
 import glob
@@ -90,6 +95,32 @@ def device_line() -> str:
     return f"CPU: {cpu_model()}, {torch.get_num_threads()} threads (torch {torch.__version__})"
 
 
+def check_call(config: str, out: str, reuse, only) -> None:
+    """Refuse, before anything runs, what would waste a device call: steps the recipe lacks,
+    missing or damaged results files."""
+    from bench.runner.records import read_results
+    from bench.runner.schema import load_checked
+    from fairseq_distill.errors import DistillError
+
+    steps = [s["name"] for s in load_checked(config)["steps"]]
+    unknown = [s for s in only or () if s not in steps]
+    if unknown:
+        raise DistillError(f"--only: unknown step '{unknown[0]}'; valid: {', '.join(steps)}")
+    for path in list(reuse) + sorted(glob.glob(os.path.join(out, "gpu_papers.json"))):
+        read_results(path)
+
+
+def check_device(allow_cpu: bool) -> None:
+    import torch
+
+    from fairseq_distill.errors import DistillError
+
+    if not torch.cuda.is_available() and not allow_cpu:
+        raise DistillError("no GPU here (torch sees no CUDA device): the full run trains the papers' model width "
+                           "and would take days on the CPU; pass --smoke for the tiny CPU run, or --allow-cpu to "
+                           "run it on the CPU anyway")
+
+
 def run(config: str, workdir: str, out: str, reuse, budget: float, only=None) -> dict:
     """Each step of the recipe in order, until the budget would be passed; returns what was done
     and what is left."""
@@ -131,6 +162,7 @@ def main(argv=None):
     p.add_argument("--only", nargs="*", help="these steps only (and what they need)")
     p.add_argument("--prepare-only", action="store_true", help="prepare the data in --workdir and stop")
     p.add_argument("--smoke", action="store_true", help="tiny models and data, a few updates: the CPU test")
+    p.add_argument("--allow-cpu", action="store_true", help="run the full recipe without a GPU (refused otherwise)")
     args = p.parse_args(argv)
 
     from fairseq_distill.cli.common import run_cli
@@ -140,6 +172,7 @@ def main(argv=None):
             # each call on a fresh work dir, as on a fresh machine: it goes on from the results alone
             with tempfile.TemporaryDirectory(prefix="gpu-papers-smoke-") as work:
                 config = smoke_config(work, os.path.join(args.workdir, "smoke-data"))
+                check_call(config, args.out, args.reuse, args.only)
                 return run(config, os.path.join(work, "work"), args.out, args.reuse, args.budget, args.only)
         if args.prepare_only:
             from bench.runner.execute import Runner
@@ -147,6 +180,8 @@ def main(argv=None):
             Runner(CONFIG, args.workdir, None, ["teacher"], []).prepare_data()
             print(f"[gpu_papers] data prepared in {args.workdir}")
             return None
+        check_call(CONFIG, args.out, args.reuse, args.only)
+        check_device(args.allow_cpu)
         return run(CONFIG, args.workdir, args.out, args.reuse, args.budget, args.only)
 
     run_cli("gpu_papers", body)

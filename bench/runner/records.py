@@ -13,6 +13,8 @@ from typing import Dict, Iterable
 
 import torch
 
+from fairseq_distill.errors import DistillError
+
 from .host import SPEED_SETUP, cpu_model
 from .plan import Plan
 
@@ -183,6 +185,19 @@ def local_records(plan: Plan) -> Dict[str, dict]:
     return found
 
 
+def read_results(path: str) -> dict:
+    """A results JSON file, or a one-line refusal naming it when it is missing or damaged (a write
+    cut off): its rows are what a call would reuse."""
+    if not os.path.isfile(path):
+        raise DistillError(f"--reuse {path}: no such file (a results JSON that an earlier run wrote)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except ValueError as e:
+        raise DistillError(f"{path} is damaged (not whole JSON: {e}): restore it from git or a copy, or move it "
+                           f"away to go on without its rows") from None
+
+
 def committed_rows(paths: Iterable[str], keys: Dict[str, str], own_name: str) -> Dict[str, dict]:
     """Rows of committed results files whose step name and key match a step of the recipe
     (``keys``: step name -> key). The recipe's own table (``<own_name>.json``) wins over other
@@ -191,10 +206,7 @@ def committed_rows(paths: Iterable[str], keys: Dict[str, str], own_name: str) ->
     found = {}
     own = f"{own_name}.json"
     for path in sorted(paths, key=lambda p: os.path.basename(p) == own):  # own file last
-        if not os.path.isfile(path):
-            continue
-        with open(path) as f:
-            meta = json.load(f)
+        meta = read_results(path)
         for r in meta.get("rows", []) + meta.get("seqkd", []):
             if r.get("key") and r.get("key") == keys.get(r.get("name")):
                 found[r["name"]] = with_committed_outputs(r, os.path.dirname(os.path.abspath(path)))

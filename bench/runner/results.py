@@ -192,11 +192,25 @@ def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, d
     keep_test_outputs(results_dir, name, meta["rows"], done)
     # paths relative to the work dir (or the repository), never this machine's
     meta = portable(meta, ([os.path.dirname(os.path.abspath(keep_dir))] if keep_dir else []) + [REPO])
-    with open(os.path.join(results_dir, f"{name}.json"), "w") as f:
-        json.dump(meta, f, indent=2)
-    with open(os.path.join(results_dir, f"{name}.md"), "w") as f:
-        f.write(recipe_caption(meta, evaluated_checkpoint) + recipe_markdown(meta))
+    # each file replaced whole: a call cut off while writing keeps the earlier rows
+    replace_file(os.path.join(results_dir, f"{name}.json"), lambda f: json.dump(meta, f, indent=2))
+    replace_file(os.path.join(results_dir, f"{name}.md"),
+                 lambda f: f.write(recipe_caption(meta, evaluated_checkpoint) + recipe_markdown(meta)))
     return table
+
+
+def replace_file(path: str, write) -> None:
+    """``write(f)`` into a temporary file beside ``path``, then rename it over ``path``."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def keep_test_outputs(results_dir, recipe, rows, done: Dict[str, dict]) -> None:

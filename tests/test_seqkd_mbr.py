@@ -312,7 +312,8 @@ def test_mbr_with_either_backend_shards_and_a_monolingual_source(tiny_data, tiny
         mono = [next(f).rstrip("\n") for _ in range(4)]
     (tmp_path / "mono.de").write_text("\n".join(mono) + "\n", encoding="utf-8")
     segmenter = Segmenter.from_dir(tiny_data)
-    for backend, extra in (("fairseq", []), ("ctranslate2", CT2_THREADS)):
+    # fairseq-generate shards by batches (and fails on a shard without one): batches of 2 sentences
+    for backend, extra in (("fairseq", ["--batch-size", "2"]), ("ctranslate2", CT2_THREADS)):
         out, work = str(tmp_path / backend), str(tmp_path / f"{backend}.work")
         common = ["--teacher", tiny_teacher, "--data", tiny_data, "--work", work, "--backend", backend, *extra,
                   "--subset", "valid", "--beam", "3", "--nbest", "3", "--select", "mbr", "--targets", "2",

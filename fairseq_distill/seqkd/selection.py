@@ -77,7 +77,9 @@ CHUNK = 1000  # sentences a worker scores at a time (and the progress step)
 def worker_count(workers: Optional[int], chunks: Optional[int]) -> int:
     """``workers``, or one per CPU this process may run on, and no more than there are chunks."""
     if not workers:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        from fairseq_distill.machine import usable_cores
+
+        workers = usable_cores()
     return max(1, workers if chunks is None else min(workers, chunks))
 
 

@@ -8,16 +8,19 @@ gives an empty line). A line ends at "\\n" ("\\r\\n" too) and nowhere else, as `
 counts: a bare "\\r", U+2028, U+0085, form feeds and other whitespace inside a line read as
 a space; a last line without a newline is a line. Invalid UTF-8 is an error naming the line
 unless --errors replace. Inputs longer than the model accepts are truncated to its limit,
-with a warning naming the line. Progress goes to standard error.
+with a warning naming the line. Progress goes to standard error. The input is read and the
+output written a window of lines at a time, so memory stays flat on inputs of millions of
+lines; --output is written beside its name (OUTPUT.partial) and moved into place when complete.
 """
 import argparse
+import os
 import sys
+from typing import Optional
 
 from fairseq_distill.cli.common import run_cli
 from fairseq_distill.errors import DistillError
-from fairseq_distill.text.files import ERRORS, read_lines
-from fairseq_distill.deploy.translators import (BACKENDS, DecodingOptions, build_translator, join_output_lines,
-                                         translate_lines)
+from fairseq_distill.text.files import ERRORS, iter_lines
+from fairseq_distill.deploy.translators import BACKENDS, DecodingOptions, build_translator, translate_stream
 
 
 def build_parser():
@@ -45,24 +48,43 @@ def warn(message):
     print(f"[translate] warning: {message}", file=sys.stderr)
 
 
+def count_lines(path: str) -> Optional[int]:
+    """Lines of a plain input file, counted fast (for the ETA); None for standard input or .gz."""
+    if path == "-" or path.endswith(".gz") or not os.path.isfile(path):
+        return None
+    with open(path, "rb") as f:
+        data = b""
+        count = 0
+        for data in iter(lambda: f.read(1 << 22), b""):
+            count += data.count(b"\n")
+        return count + (1 if data and not data.endswith(b"\n") else 0)
+
+
 def translate(args):
-    lines = read_lines(args.input, args.errors, warn, what="input ")
+    lines = iter_lines(args.input, args.errors, warn, what="input ")
     options = DecodingOptions(args.beam, args.lenpen, args.max_len_a, args.max_len_b)
     translator, segmenter = build_translator(args.backend, options, args.checkpoint, args.data_bin,
                                              args.model_dir)
-    run = translate_lines(lines, translator, segmenter, args.batch_size, progress=not args.quiet)
+    total = count_lines(args.input)
     # bytes, not text: the output is UTF-8 whatever the locale, with "\n" line ends only
-    data = join_output_lines(run.outputs).encode("utf-8")
     if args.output == "-":
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
+        def write(text):
+            sys.stdout.buffer.write(text.encode("utf-8"))
+            sys.stdout.flush()
+
+        run = translate_stream(lines, translator, segmenter, write, args.batch_size, total, not args.quiet)
     else:
+        # written beside the output and moved into place when complete: an interrupted run
+        # leaves no output that looks finished
+        partial = args.output + ".partial"
         try:
-            with open(args.output, "wb") as f:
-                f.write(data)
+            with open(partial, "wb") as f:
+                run = translate_stream(lines, translator, segmenter, lambda text: f.write(text.encode("utf-8")),
+                                       args.batch_size, total, not args.quiet)
+            os.replace(partial, args.output)
         except OSError as e:
             raise DistillError(f"cannot write output '{args.output}': {e.strerror}") from e
-    print(f"[translate] {run.sentences} sentences ({len(lines) - run.sentences} empty), "
+    print(f"[translate] {run.sentences} sentences ({run.lines - run.sentences} empty), "
           f"{run.tokens_per_second:.0f} tokens/s, {len(run.truncated)} truncated", file=sys.stderr)
     return run
 

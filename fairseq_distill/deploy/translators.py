@@ -11,7 +11,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Callable, Iterable, List, Optional
 
 import torch
 
@@ -156,6 +156,7 @@ class TranslationRun:
     generated_tokens: int = 0   # output subword tokens, one </s> per sentence included (as fairseq counts)
     seconds: float = 0.0        # translation only (no loading)
     truncated: List[int] = field(default_factory=list)  # 1-based numbers of truncated lines
+    lines: int = 0              # input lines, empty ones included (translate_stream)
 
     @property
     def tokens_per_second(self) -> float:
@@ -199,6 +200,39 @@ def translate_lines(lines: List[str], translator, segmenter: Segmenter, batch_si
     run.sentences = len(order)
     if bar is not None:
         bar.close()
+    return run
+
+
+# input lines translated together by translate_stream: sorted by length within a window for
+# batching; the window bounds the memory of a translation of millions of lines
+WINDOW = 20000
+
+
+def translate_stream(lines: Iterable[str], translator, segmenter: Segmenter, write: Callable[[str], None],
+                     batch_size: int = 64, total: Optional[int] = None, progress: bool = True,
+                     window: int = WINDOW) -> TranslationRun:
+    """:func:`translate_lines` over a stream of any length, ``window`` lines at a time, each output
+    line handed to ``write`` (with its ``\\n``) in input order as soon as its window is done. The
+    returned run counts everything but keeps no outputs; its truncated lines are numbered in
+    the whole stream. Progress (with ``total`` lines, when known, for an ETA) on standard error."""
+    from fairseq_distill.progress import Progress
+    from fairseq_distill.streaming import chunks
+
+    run = TranslationRun(outputs=[])
+    meter = Progress("translate", translator.name, total=total, unit="lines",
+                     report=lambda line: print(line, file=sys.stderr, flush=True)) if progress else None
+    done = 0
+    for window_lines in chunks(lines, window):
+        part = translate_lines(window_lines, translator, segmenter, batch_size, progress=False)
+        write(join_output_lines(part.outputs))
+        run.sentences += part.sentences
+        run.generated_tokens += part.generated_tokens
+        run.seconds += part.seconds
+        run.truncated.extend(done + line for line in part.truncated)
+        done += len(window_lines)
+        if meter is not None:
+            meter.update(len(window_lines))
+    run.lines = done
     return run
 
 

@@ -54,7 +54,7 @@ RECORDED_OPTIONS = {"source_lang": "--source-lang", "target_lang": "--target-lan
 DEFAULT_MAX_LENGTH = 1023
 # sentence pairs the subword model learns from at most: enough for a vocabulary of tens of thousands
 # of pieces, while the trainer's memory (sentencepiece holds its whole input) stays bounded
-DEFAULT_SUBWORD_SAMPLE = 1_000_000
+DEFAULT_SUBWORD_SAMPLE = 200_000
 
 
 def find_side(prefix, lang):

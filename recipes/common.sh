@@ -1,9 +1,18 @@
 # What every recipe's prepare.sh and run.sh share; sourced by them, not run.
 #
 # prepare.sh sets CORPUS, ARCHIVES (one "name URL checksum" line per official archive, checksum
-# "algo:value" or "-") and HELP_LINES, then calls parse_prepare_options "$@", fetch_archives and
-# check_archives. run.sh sets RECIPE, STAGES and HELP_LINES, then calls parse_run_options "$@",
-# check_prepared_data and device_flags, and runs its stages with run / wanted / done_marker / finish.
+# "algo:value" or "-") and HELP_LINES, then calls parse_prepare_options "$@", claim_workdir
+# "$CORPUS" prepare.sh, fetch_archives and check_archives. run.sh sets RECIPE, STAGES and
+# HELP_LINES, then calls parse_run_options "$@", check_run_workdir, check_prepared_data and
+# device_flags, and runs its stages with run / wanted / stage, evaluates the rows that finished
+# (finished, say_unfinished) and writes the table.
+#
+# What a work dir records (OUT/workdir.txt): the recipe that made it, and whether its runs are
+# --smoke ones; another recipe's work dir, or a --smoke run's for a full one (or the reverse), is
+# refused before anything is written. Each stage records its command in its .done (written when
+# it finishes; .done.begun while it runs), with the content digest of the data it reads and the
+# record of each earlier stage it uses: a stage finished or begun with other settings is refused,
+# naming what differs.
 
 run() {  # print the command, quoted as a shell reads it; run it unless --dry-run
   echo "+ $(printf '%q ' "$@")"
@@ -44,6 +53,52 @@ parse_prepare_options() {
          "directory that holds them (or what they unpack to)" >&2
     exit 1
   fi
+}
+
+# -- the work dir's record --------------------------------------------------------------------
+
+WORKDIR_RECORD=workdir.txt
+
+record_value() {  # KEY: its value in OUT's record, if any
+  [ -f "$OUT/$WORKDIR_RECORD" ] || return 0
+  sed -n "s/^$1 //p" "$OUT/$WORKDIR_RECORD" | head -n 1
+}
+
+set_record() {  # KEY VALUE: written into OUT's record (not on a dry run)
+  [ "$DRY_RUN" = 1 ] && return 0
+  mkdir -p "$OUT"
+  local file="$OUT/$WORKDIR_RECORD"
+  {
+    echo "# what made this work dir (recipes/common.sh): the recipe, and whether its runs are --smoke ones"
+    if [ -f "$file" ]; then grep -v -e "^$1 " -e '^#' "$file" || true; fi
+    echo "$1 $2"
+  } > "$file.tmp"
+  mv "$file.tmp" "$file"
+}
+
+# The recipe that made OUT: recorded, else (a work dir of an earlier version) the corpus its text
+# was made for; nothing for a new directory.
+workdir_recipe() {
+  local found
+  found=$(record_value recipe)
+  if [ -z "$found" ] && [ -f "$OUT/text/counts.json" ]; then
+    found=$(python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("corpus", ""))' \
+            "$OUT/text/counts.json" 2>/dev/null || true)
+  fi
+  echo "$found"
+}
+
+# RECIPE SCRIPT: refuse OUT if another recipe made it (before anything is written), else record
+# that this one did.
+claim_workdir() {
+  local found
+  found=$(workdir_recipe)
+  if [ -n "$found" ] && [ "$found" != "$1" ]; then
+    echo "$2: --out $OUT is a work dir of the recipe $found, not $1: its data, runs and results are $found's;" \
+         "give $1 a --out of its own" >&2
+    exit 1
+  fi
+  [ -n "$(record_value recipe)" ] || set_record recipe "$1"
 }
 
 # Without --archive: each official archive downloaded into OUT/orig (kept; a rerun downloads only
@@ -167,11 +222,34 @@ parse_run_options() {
             || echo fairseq_distill)"
 }
 
+# OUT is this recipe's, and its runs are of this kind (--smoke or full), or it has none yet: a
+# full run would take a --smoke run's toy stages as done, and a --smoke run would write toy
+# models over a full run's. Checked before anything is written; records the kind.
+check_run_workdir() {
+  claim_workdir "$RECIPE" run.sh
+  local kind=full other found made=() path
+  [ "$SMOKE" = 1 ] && kind=smoke
+  found=$(record_value runs)
+  for path in "$RUNS" "$OUT/cache" "$OUT"/seqkd* "$OUT/eval" "$OUT/results.md" "$OUT/results.json"; do
+    [ -e "$path" ] && made+=("$path")
+  done
+  if [ -n "$found" ] && [ "$found" != "$kind" ] && [ "${#made[@]}" -gt 0 ]; then
+    other="a full run's"; [ "$found" = smoke ] && other="a --smoke run's"
+    echo "run.sh: --out $OUT holds $other models and results; this run is $([ "$kind" = smoke ] && echo "a --smoke" \
+         || echo "a full") one, which would take them as its own. Use another --out (with its own prepare.sh," \
+         "or a copy of $OUT/data and $OUT/text), or remove them to start again on the same data: ${made[*]}" >&2
+    exit 1
+  fi
+  [ "$found" = "$kind" ] || set_record runs "$kind"
+}
+
 check_prepared_data() {
   if [ "$DRY_RUN" = 0 ] && [ ! -f "$DATA/fairseq_distill.json" ]; then
     echo "run.sh: no prepared data in $DATA: run recipes/$RECIPE/prepare.sh --out $OUT first" >&2
     exit 1
   fi
+  DATA_DIGEST=""
+  [ "$DRY_RUN" = 1 ] || DATA_DIGEST=$(data_digest "$DATA")
 }
 
 # DEVICE: fairseq-train's device flags (data-parallel on --gpus N with --fp16 unless --no-fp16; the
@@ -246,5 +324,120 @@ check_rows() {
   return 0
 }
 wanted() { [ "$STAGE" = all ] || [ "$STAGE" = "$1" ]; }
-done_marker() { [ "$DRY_RUN" = 0 ] && [ -f "$1/.done" ]; }
-finish() { [ "$DRY_RUN" = 1 ] || touch "$1/.done"; }
+
+# -- each stage's record --------------------------------------------------------------------------
+
+# TEXT: with the work dir written $OUT and the plugin's directory $PLUGIN (a moved work dir
+# keeps its records)
+portable() {
+  local text="$1"
+  text=${text//"$(printf '%q' "$PLUGIN")"/\$PLUGIN}
+  text=${text//"$(printf '%q' "$OUT")"/\$OUT}
+  printf '%s' "$text"
+}
+
+# PATH OWN_MARKER: the .done of the earlier stage that made PATH (a file stage's PATH.done, or the
+# .done of PATH's directory), if any and not of the stage's own directory
+stage_marker_of() {
+  local dir="$1"
+  if [ -f "$1.done" ] && [ "$1.done" != "$2" ]; then echo "$1.done"; return 0; fi
+  [ -d "$dir" ] || dir=$(dirname "$1")
+  if [ -f "$dir/.done" ] && [ "$dir" != "$(dirname "$2")" ]; then echo "$dir/.done"; return 0; fi
+  return 1
+}
+
+data_digest() {  # DIR: SHA-256 of its dictionaries and binarized files, by name and content
+  (cd "$1" && find . -maxdepth 1 -type f \( -name 'dict.*.txt' -o -name '*.bin' -o -name '*.idx' \) | LC_ALL=C sort \
+     | xargs -d '\n' sha256sum | sha256sum | cut -d' ' -f1)
+}
+
+# MARKER CMD...: the stage's record. "command:" its command line; "settings:" the same without
+# the device flags (--cpu, --fp16, --distributed-world-size N and --update-freq N, which --gpus
+# sets); "data DIR:" the content digest of the prepared data it reads; "from MARKER:" the digest
+# of the record of each earlier stage whose output it reads. All but "command:" are compared.
+stage_record() {
+  local marker="$1" arg skip=0 settings=() dep
+  shift
+  echo "command: $(portable "$(printf '%q ' "$@")")"
+  for arg in "$@"; do
+    if [ "$skip" = 1 ]; then skip=0; continue; fi
+    case "$arg" in
+      --cpu|--fp16) continue ;;
+      --distributed-world-size|--update-freq) skip=1; continue ;;
+    esac
+    settings+=("$arg")
+  done
+  echo "settings: $(portable "$(printf '%q ' "${settings[@]}")")"
+  for arg in "$@"; do
+    case "$arg" in "$OUT"/*) ;; *) continue ;; esac
+    if [ "$arg" = "$DATA" ]; then
+      echo "data $(portable "$arg"): $DATA_DIGEST"
+    elif dep=$(stage_marker_of "$arg" "$marker"); then
+      echo "from $(portable "$dep"): $(sha256sum < "$dep" | cut -d' ' -f1)"
+    fi
+  done
+}
+
+words() { tr ' ' '\n' <<< "${1#settings: }" | grep -v '^$' | sort -u || true; }
+
+# FILE RECORD WHAT STATE: FILE's record (a .done or .done.begun) is RECORD's, or what differs is
+# printed, naming the stage (WHAT) and how to train it again
+same_settings() {
+  local before now then_settings now_settings
+  before=$(grep -v '^command: ' "$1" || true)
+  now=$(printf '%s\n' "$2" | grep -v '^command: ')
+  [ "$before" = "$now" ] && return 0
+  {
+    echo "run.sh: $3 $4 with other settings than this run's (recorded in $1):"
+    [ -n "$before" ] || echo "  it records none (an earlier version's record)"
+    then_settings=$(grep '^settings: ' <<< "$before" || true)
+    now_settings=$(grep '^settings: ' <<< "$now")
+    comm -23 <(words "$then_settings") <(words "$now_settings") | sed 's/^/  then: /'
+    comm -13 <(words "$then_settings") <(words "$now_settings") | sed 's/^/  now: /'
+    # the data it read and the earlier stages it used
+    comm -23 <(grep -v '^settings: ' <<< "$before" | sort) <(grep -v '^settings: ' <<< "$now" | sort) | sed 's/^/  then: /'
+    comm -13 <(grep -v '^settings: ' <<< "$before" | sort) <(grep -v '^settings: ' <<< "$now" | sort) | sed 's/^/  now: /'
+    echo "  its results would not match this run's settings: delete $(dirname "$1") to train it again with" \
+         "them, or run with the settings it was made with"
+  } >&2
+  return 1
+}
+
+# WHAT MARKER CMD...: run CMD as the stage that MARKER marks finished (MARKER.begun while it runs);
+# a stage finished with the same settings is kept ("WHAT done"); one finished or begun with other
+# settings is refused (same_settings). A dry run prints CMD. FIRST_ONLY=N: CMD's last N arguments
+# (the flags a training starts from) are recorded but left out once MARKER's directory holds a
+# checkpoint_last.pt of its own (a resume goes on from that).
+stage() {
+  local what="$1" marker="$2" record first_only=${FIRST_ONLY:-0}
+  shift 2
+  if [ "$DRY_RUN" = 1 ]; then invoke "$@"; return 0; fi
+  record=$(stage_record "$marker" "$@")
+  if [ -f "$marker" ]; then
+    same_settings "$marker" "$record" "$what" finished || exit 1
+    echo "$what done"
+    return 0
+  fi
+  if [ -f "$marker.begun" ]; then same_settings "$marker.begun" "$record" "$what" began || exit 1; fi
+  mkdir -p "$(dirname "$marker")"
+  printf '%s\n' "$record" > "$marker.begun"
+  if [ "$first_only" -gt 0 ] && [ -f "$(dirname "$marker")/checkpoint_last.pt" ]; then
+    set -- "${@:1:$(($# - first_only))}"
+  fi
+  invoke "$@"
+  mkdir -p "$(dirname "$marker")"  # a tool may have replaced the directory (fsd-seqkd switches its --out in)
+  printf '%s\n' "$record" > "$marker.tmp"
+  mv "$marker.tmp" "$marker"
+  rm -f "$marker.begun"
+}
+
+invoke() { if declare -F "$1" > /dev/null; then "$@"; else run "$@"; fi; }  # a recipe's function, or run
+
+# NAME: the row (or the teacher) trained to the end; a dry run takes every row as finished
+finished() { [ "$DRY_RUN" = 1 ] || [ -f "$RUNS/$1/.done" ]; }
+
+say_unfinished() {  # STAGE NAME...: the rows that stage left out, by name
+  local stage="$1"
+  shift
+  [ $# -eq 0 ] || echo "[$stage] not finished, not evaluated: $*"
+}

@@ -36,7 +36,7 @@ def table(args):
     from fairseq_distill.corpora.results import write_table
 
     write_table(args.corpus, args.rows, args.teacher_paper_bleu, args.eval, args.out, args.teacher_layers,
-                args.teacher_heads)
+                args.teacher_heads, args.runs)
 
 
 def main(argv=None):
@@ -55,6 +55,9 @@ def main(argv=None):
     t.add_argument("--teacher-heads", default="4", help="the teacher's attention heads (default 4)")
     t.add_argument("--eval", required=True, help="the directory of the scores JSON files")
     t.add_argument("--out", required=True, help="results.md (results.json goes beside it)")
+    t.add_argument("--runs", default=None,
+                   help="the recipe's runs directory: rows without RUNS/NAME/.done (training not finished) are "
+                        "not measured and are listed by name")
     args = p.parse_args(argv)
     run_cli("benchmark-score", lambda: score(args) if args.command == "score" else table(args))
 

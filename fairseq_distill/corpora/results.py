@@ -1,6 +1,9 @@
 """A recipe's results table: each row of its ``rows.tsv`` (the paper's students, with the BLEU
 the paper reports) beside what the run measured (``fsd-benchmark-score score`` records), written
-as ``results.md`` and ``results.json``. A row not yet evaluated says so; no number is filled in."""
+as ``results.md`` and ``results.json``. A row not yet evaluated says so; no number is filled in.
+Given the recipe's runs directory, a row whose training has not finished (no ``RUNS/NAME/.done``)
+is not measured, whatever scores an earlier evaluation left, and is listed by name, as is a row
+scored before its training last finished."""
 import json
 import os
 from typing import Dict, List, Optional
@@ -37,14 +40,35 @@ def measured(eval_dir: str, name: str) -> Optional[dict]:
         return json.load(f)
 
 
+def finished(runs_dir: Optional[str], eval_dir: str, name: str) -> Optional[str]:
+    """None if the row's training finished before its scores were made (or no runs directory is
+    given), else why its scores do not count."""
+    if runs_dir is None:
+        return None
+    done = os.path.join(runs_dir, name, ".done")
+    if not os.path.isfile(done):
+        return "unfinished"
+    scores = os.path.join(eval_dir, f"{name}.scores.json")
+    if os.path.isfile(scores) and os.path.getmtime(scores) < os.path.getmtime(done):
+        return "scored before its training finished"
+    return None
+
+
 def results_table(corpus: str, rows: List[Dict[str, str]], teacher_paper_bleu: Optional[str],
-                  eval_dir: str, teacher_layers: str = "6", teacher_heads: str = "4") -> dict:
+                  eval_dir: str, teacher_layers: str = "6", teacher_heads: str = "4",
+                  runs_dir: Optional[str] = None) -> dict:
     entries = [{"name": "teacher", "layers": teacher_layers, "criterion": "label_smoothed_cross_entropy",
                 "options": "-", "data": "original", "heads": teacher_heads,
                 "paper_bleu": teacher_paper_bleu or "-"}] + rows
+    unfinished, stale = [], []
     for entry in entries:
-        entry["measured"] = measured(eval_dir, entry["name"])
-    return {"corpus": corpus, "rows": entries}
+        why = finished(runs_dir, eval_dir, entry["name"])
+        entry["measured"] = measured(eval_dir, entry["name"]) if why is None else None
+        (unfinished if why == "unfinished" else stale if why else []).append(entry["name"])
+    table = {"corpus": corpus, "rows": entries}
+    if runs_dir is not None:
+        table.update(unfinished=unfinished, scored_before_training_finished=stale)
+    return table
 
 
 def markdown(table: dict) -> str:
@@ -64,17 +88,26 @@ def markdown(table: dict) -> str:
         layers = r["layers"] if "+" in r["layers"] else f"{r['layers']}+{r['layers']}"  # N: N per side
         lines.append(f"| {r['name']} | {layers} | {r['heads']} | {r['data']} | {r['criterion']} | "
                      f"{options} | {r['paper_bleu']} | " + " | ".join(ours) + " |")
+    if table.get("unfinished"):
+        lines += ["", f"Not finished (not trained to the end): {', '.join(table['unfinished'])}."]
+    if table.get("scored_before_training_finished"):
+        lines += ["", f"Not measured (scored before their training last finished; evaluate again): "
+                      f"{', '.join(table['scored_before_training_finished'])}."]
     return "\n".join(lines) + "\n"
 
 
 def write_table(corpus: str, rows_path: str, teacher_paper_bleu: Optional[str], eval_dir: str, out: str,
-                teacher_layers: str = "6", teacher_heads: str = "4") -> dict:
-    table = results_table(corpus, read_rows(rows_path), teacher_paper_bleu, eval_dir, teacher_layers, teacher_heads)
+                teacher_layers: str = "6", teacher_heads: str = "4", runs_dir: Optional[str] = None) -> dict:
+    table = results_table(corpus, read_rows(rows_path), teacher_paper_bleu, eval_dir, teacher_layers, teacher_heads,
+                          runs_dir)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         f.write(markdown(table))
     with open(os.path.splitext(out)[0] + ".json", "w", encoding="utf-8") as f:
         json.dump(table, f, indent=2)
     done = sum(1 for r in table["rows"] if r["measured"])
-    print(f"[table] {done} of {len(table['rows'])} rows measured -> {out}")
+    left = "".join(f"; {what}: {', '.join(table[key])}" for key, what in (
+        ("unfinished", "not finished"), ("scored_before_training_finished", "scored before their training finished"))
+        if table.get(key))
+    print(f"[table] {done} of {len(table['rows'])} rows measured{left} -> {out}")
     return table

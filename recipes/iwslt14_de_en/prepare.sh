@@ -22,6 +22,7 @@ VOCAB=10000
 ARCHIVES=("de-en.tgz http://dl.fbaipublicfiles.com/fairseq/data/iwslt14/de-en.tgz md5:10936dfdf616504ddbd844e91b94ef4a")
 
 parse_prepare_options "$@"
+claim_workdir "$CORPUS" prepare.sh  # another recipe's work dir is refused before anything is written
 fetch_archives
 check_archives
 prepare_text_and_data de en --bpe subword_nmt --vocab-size "$VOCAB" --keep-blank-test-lines

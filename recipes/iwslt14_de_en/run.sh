@@ -5,14 +5,16 @@
 #
 #   recipes/iwslt14_de_en/run.sh [--out DIR] [--gpus N] [--no-fp16] [--stage NAME] [--rows FILE] [--dry-run] [--smoke]
 #
-# Stages, in order, each skipped when done (a rerun resumes an interrupted training):
+# Stages, in order, each skipped when done with the same settings (a rerun resumes an interrupted
+# training; one finished or begun with other settings is refused, naming what differs):
 #   teacher   transformer_iwslt_de_en (6+6, 512, FFN 1024, 4 heads), the authors' training settings
 #   cache     the teacher's top-k distributions over the training set, for the word-level KD rows
 #   seqkd     the teacher's translations of the training set (fsd-seqkd, beam 5; one shard per GPU, then
 #             merged), for seq-kd-3
 #   students  every row of rows.tsv
-#   evaluate  beam 5 on the test set: fsd-evaluate, then both BLEU forms and chrF (fsd-benchmark-score)
-#   table     OUT/results.md and OUT/results.json
+#   evaluate  beam 5 on the test set, each finished row: fsd-evaluate, then both BLEU forms and chrF
+#             (fsd-benchmark-score); the unfinished rows are named
+#   table     OUT/results.md and OUT/results.json, finished rows only
 # --gpus N trains data-parallel on N GPUs (fairseq's own), with --fp16 unless --no-fp16; without a GPU
 # it runs on the CPU. --smoke: every stage at a toy size on the CPU (tiny models, a few updates), to
 # test the pipeline. --dry-run prints every command with its flags and runs nothing. --rows FILE: other
@@ -23,9 +25,10 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../common.sh"
 RECIPE=iwslt14_de_en
 STAGES="teacher cache seqkd students evaluate table"
-HELP_LINES=19
+HELP_LINES=21
 parse_run_options "$@"
 check_prepared_data
+check_run_workdir
 device_flags
 TEACHER="$RUNS/teacher/checkpoint_best.pt"
 
@@ -46,31 +49,22 @@ if [ "$SMOKE" = 1 ]; then
 fi
 
 if wanted teacher; then
-  if done_marker "$RUNS/teacher"; then echo "[teacher] done: $TEACHER"; else
-    run fairseq-train "$DATA" --user-dir "$PLUGIN" "${ARCH[@]}" --task translation \
-      --criterion label_smoothed_cross_entropy "${TRAIN[@]}" "${DEVICE[@]}" --save-dir "$RUNS/teacher"
-    finish "$RUNS/teacher"
-  fi
+  stage "[teacher]" "$RUNS/teacher/.done" fairseq-train "$DATA" --user-dir "$PLUGIN" "${ARCH[@]}" --task translation \
+    --criterion label_smoothed_cross_entropy "${TRAIN[@]}" "${DEVICE[@]}" --save-dir "$RUNS/teacher"
 fi
 
 if wanted cache; then
-  if done_marker "$OUT/cache"; then echo "[cache] done: $OUT/cache"; else
-    run fsd-cache-teacher --teacher "$TEACHER" --data "$DATA" --out "$OUT/cache" "${TOOL_DEVICE[@]}"
-    finish "$OUT/cache"
-  fi
+  stage "[cache]" "$OUT/cache/.done" fsd-cache-teacher --teacher "$TEACHER" --data "$DATA" --out "$OUT/cache" \
+    ${TOOL_DEVICE[@]+"${TOOL_DEVICE[@]}"}
 fi
 
 if wanted seqkd; then
-  if done_marker "$OUT/seqkd"; then echo "[seqkd] done: $OUT/seqkd"; else
-    seqkd --data "$DATA" --teacher "$TEACHER" --out "$OUT/seqkd" --beam 5
-    finish "$OUT/seqkd"
-  fi
+  stage "[seqkd]" "$OUT/seqkd/.done" seqkd --data "$DATA" --teacher "$TEACHER" --out "$OUT/seqkd" --beam 5
 fi
 
 if wanted students; then
   while IFS=$'\t' read -r name layers data criterion options heads paper; do
     dir="$RUNS/$name"
-    if done_marker "$dir"; then echo "[students] $name done"; continue; fi
     bin="$DATA"; [ "$data" = seqkd ] && bin="$OUT/seqkd"
     task=(--task translation)
     extra=()
@@ -79,25 +73,28 @@ if wanted students; then
       task=(--task translation_distill --teacher-path "$TEACHER")
       [ "$criterion" = word_kd ] && task+=(--teacher-cache "$OUT/cache")
     fi
-    run fairseq-train "$bin" --user-dir "$PLUGIN" "${ARCH[@]}" --encoder-layers "$layers" --decoder-layers "$layers" \
-      --encoder-attention-heads "$heads" --decoder-attention-heads "$heads" "${task[@]}" --criterion "$criterion" \
-      "${extra[@]}" "${TRAIN[@]}" "${DEVICE[@]}" --save-dir "$dir" < /dev/null
-    finish "$dir"
+    stage "[students] $name" "$dir/.done" fairseq-train "$bin" --user-dir "$PLUGIN" "${ARCH[@]}" \
+      --encoder-layers "$layers" --decoder-layers "$layers" --encoder-attention-heads "$heads" \
+      --decoder-attention-heads "$heads" "${task[@]}" --criterion "$criterion" ${extra[@]+"${extra[@]}"} \
+      "${TRAIN[@]}" "${DEVICE[@]}" --save-dir "$dir" < /dev/null
   done < <(rows)
 fi
 
 if wanted evaluate; then
   run mkdir -p "$OUT/eval"
+  unfinished=()
   for name in teacher $(rows | cut -f1); do
+    if ! finished "$name"; then unfinished+=("$name"); continue; fi
     dir="$RUNS/$name"
     run fsd-evaluate "$dir/checkpoint_best.pt" "$DATA" --beam 5 --out "$OUT/eval/$name.json"
     run fsd-benchmark-score score iwslt14_de_en --text "$TEXT" --eval "$OUT/eval/$name.json" \
       --out "$OUT/eval/$name.scores.json"
   done
+  say_unfinished evaluate ${unfinished[@]+"${unfinished[@]}"}
 fi
 
 if wanted table; then
   # the teacher's BLEU in A2D's Table 1
   run fsd-benchmark-score table iwslt14_de_en --rows "$ROWS" --teacher-paper-bleu 36.79 \
-    --eval "$OUT/eval" --out "$OUT/results.md"
+    --eval "$OUT/eval" --runs "$RUNS" --out "$OUT/results.md"
 fi

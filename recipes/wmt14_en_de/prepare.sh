@@ -24,6 +24,7 @@ ARCHIVES=("${WMT_ARCHIVES[@]}"
   "training-parallel-nc-v9.tgz http://statmt.org/wmt14/training-parallel-nc-v9.tgz -")
 
 parse_prepare_options "$@"
+claim_workdir "$CORPUS" prepare.sh  # another recipe's work dir is refused before anything is written
 fetch_archives
 check_archives
 

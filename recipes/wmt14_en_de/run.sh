@@ -6,11 +6,13 @@
 #
 #   recipes/wmt14_en_de/run.sh [--out DIR] [--gpus N] [--no-fp16] [--stage NAME] [--rows FILE] [--dry-run] [--smoke]
 #
-# Stages, in order, each skipped when done (a rerun resumes an interrupted training):
+# Stages, in order, each skipped when done with the same settings (a rerun resumes an interrupted
+# training; one finished or begun with other settings is refused, naming what differs):
 #   teacher   transformer_wmt_en_de (6+6, 512, FFN 2048, 8 heads), Vaswani et al.'s base settings
 #   students  every row of rows.tsv: 2+2 students with no KD, PKD, CKD (rc, oc) and A2D
-#   evaluate  beam 4, length penalty 0.6 on newstest2014: fsd-evaluate, then both BLEU forms and chrF
-#   table     OUT/results.md and OUT/results.json
+#   evaluate  beam 4, length penalty 0.6 on newstest2014, each finished row: fsd-evaluate, then both
+#             BLEU forms and chrF; the unfinished rows are named
+#   table     OUT/results.md and OUT/results.json, finished rows only
 # --gpus N trains data-parallel on N GPUs (fairseq's own), with --fp16 unless --no-fp16; without a GPU
 # it runs on the CPU. --smoke: every stage at a toy size on the CPU (tiny models, a few updates), to
 # test the pipeline. --dry-run prints every command with its flags and runs nothing.
@@ -20,9 +22,10 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../common.sh"
 RECIPE=wmt14_en_de
 STAGES="teacher students evaluate table"
-HELP_LINES=16
+HELP_LINES=18
 parse_run_options "$@"
 check_prepared_data
+check_run_workdir
 device_flags
 TEACHER="$RUNS/teacher/checkpoint_last.pt"
 
@@ -50,44 +53,42 @@ fi
 
 
 if wanted teacher; then
-  if done_marker "$RUNS/teacher"; then echo "[teacher] done: $TEACHER"; else
-    run fairseq-train "$DATA" --user-dir "$PLUGIN" "${ARCH[@]}" --task translation \
-      --criterion label_smoothed_cross_entropy "${TRAIN[@]}" "${DEVICE[@]}" ${SMOKE_TRAIN[@]+"${SMOKE_TRAIN[@]}"} \
-      --save-dir "$RUNS/teacher"
-    finish "$RUNS/teacher"
-  fi
+  stage "[teacher]" "$RUNS/teacher/.done" fairseq-train "$DATA" --user-dir "$PLUGIN" "${ARCH[@]}" --task translation \
+    --criterion label_smoothed_cross_entropy "${TRAIN[@]}" "${DEVICE[@]}" ${SMOKE_TRAIN[@]+"${SMOKE_TRAIN[@]}"} \
+    --save-dir "$RUNS/teacher"
 fi
 
 
 if wanted students; then
   while IFS=$'\t' read -r name layers data criterion options heads paper; do
     dir="$RUNS/$name"
-    if done_marker "$dir"; then echo "[students] $name done"; continue; fi
     task=(--task translation)
     extra=()
     [ "$options" = - ] || read -r -a extra <<< "$options"
     if [ "$criterion" != label_smoothed_cross_entropy ]; then
       task=(--task translation_distill --teacher-path "$TEACHER")
     fi
-    run fairseq-train "$DATA" --user-dir "$PLUGIN" "${ARCH[@]}" --encoder-layers "$layers" --decoder-layers "$layers" \
-      --encoder-attention-heads "$heads" --decoder-attention-heads "$heads" "${task[@]}" --criterion "$criterion" \
-      "${TRAIN[@]}" ${extra[@]+"${extra[@]}"} "${DEVICE[@]}" ${SMOKE_TRAIN[@]+"${SMOKE_TRAIN[@]}"} \
-      --save-dir "$dir" < /dev/null
-    finish "$dir"
+    stage "[students] $name" "$dir/.done" fairseq-train "$DATA" --user-dir "$PLUGIN" "${ARCH[@]}" \
+      --encoder-layers "$layers" --decoder-layers "$layers" --encoder-attention-heads "$heads" \
+      --decoder-attention-heads "$heads" "${task[@]}" --criterion "$criterion" "${TRAIN[@]}" \
+      ${extra[@]+"${extra[@]}"} "${DEVICE[@]}" ${SMOKE_TRAIN[@]+"${SMOKE_TRAIN[@]}"} --save-dir "$dir" < /dev/null
   done < <(rows)
 fi
 
 if wanted evaluate; then
   run mkdir -p "$OUT/eval"
+  unfinished=()
   for name in teacher $(rows | cut -f1); do
+    if ! finished "$name"; then unfinished+=("$name"); continue; fi
     run fsd-evaluate "$RUNS/$name/checkpoint_last.pt" "$DATA" "${DECODE[@]}" --out "$OUT/eval/$name.json"
     run fsd-benchmark-score score wmt14_en_de --text "$TEXT" --eval "$OUT/eval/$name.json" \
       --out "$OUT/eval/$name.scores.json"
   done
+  say_unfinished evaluate ${unfinished[@]+"${unfinished[@]}"}
 fi
 
 if wanted table; then
   # the teacher's BLEU: A2D's Table 2 and CKD's Table 3 (two pipelines, two numbers)
   run fsd-benchmark-score table wmt14_en_de --rows "$ROWS" --teacher-paper-bleu "27.70 (A2D) / 27.03 (CKD)" --teacher-layers 6 --teacher-heads 8 \
-    --eval "$OUT/eval" --out "$OUT/results.md"
+    --eval "$OUT/eval" --runs "$RUNS" --out "$OUT/results.md"
 fi

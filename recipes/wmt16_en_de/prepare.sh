@@ -24,6 +24,7 @@ ARCHIVES=("${WMT_ARCHIVES[@]}"
   "training-parallel-nc-v11.tgz http://data.statmt.org/wmt16/translation-task/training-parallel-nc-v11.tgz -")
 
 parse_prepare_options "$@"
+claim_workdir "$CORPUS" prepare.sh  # another recipe's work dir is refused before anything is written
 fetch_archives
 check_archives
 

@@ -7,7 +7,8 @@
 #
 #   recipes/wmt16_en_de/run.sh [--out DIR] [--gpus N] [--no-fp16] [--stage NAME] [--rows FILE] [--dry-run] [--smoke]
 #
-# Stages, in order, each skipped when done (a rerun resumes an interrupted training):
+# Stages, in order, each skipped when done with the same settings (a rerun resumes an interrupted
+# training; one finished or begun with other settings is refused, naming what differs):
 #   teacher   Deep-RPR-48L: deep_transformer_48_6 (pre-norm, relative positions k = 8, 512, FFN 2048,
 #             8 heads), encoder layers permuted in groups of 8 and decoder layers in one group of 6
 #   skip      the rows continued from a trained model (continue:PARENT): Skipping Sub-Layer, phi = 0.4
@@ -15,8 +16,9 @@
 #             then merged), for seqkd:PARENT rows
 #   extract   the students that start from a teacher's layers (extract:PARENT), one layer per group
 #   students  every other row of rows.tsv, from scratch or from its extracted layers
-#   evaluate  beam 4, length penalty 0.6 on newstest2014: fsd-evaluate, then both BLEU forms and chrF
-#   table     OUT/results.md and OUT/results.json
+#   evaluate  beam 4, length penalty 0.6 on newstest2014, each finished row: fsd-evaluate, then both
+#             BLEU forms and chrF; the unfinished rows are named
+#   table     OUT/results.md and OUT/results.json, finished rows only
 # --gpus N trains data-parallel on N GPUs (fairseq's own), with --fp16 unless --no-fp16; without a GPU
 # it runs on the CPU. --smoke: every stage at a toy width on the CPU (a few updates), to test the
 # pipeline. --dry-run prints every command with its flags and runs nothing.
@@ -28,9 +30,10 @@ RECIPE=wmt16_en_de
 STAGES="teacher skip seqkd extract students evaluate table"
 ROW_DATA='@(original|seqkd:+([A-Za-z0-9_.+-]))'
 ROW_DATA_HELP="original, seqkd:PARENT (a row's name)"
-HELP_LINES=22
+HELP_LINES=24
 parse_run_options "$@"
 check_prepared_data
+check_run_workdir
 device_flags
 
 # GPKD "followed the hyper-parameters used in Wang et al. (2019)"; the values are those of the
@@ -62,15 +65,19 @@ fi
 
 checkpoint() { echo "$RUNS/$1/checkpoint_last.pt"; }
 
-train() {  # NAME DATA_BIN ARCH_FLAGS... -- EXTRA_FLAGS...: fairseq-train, the recipe's settings, into RUNS/NAME
-  local name="$1" bin="$2"; shift 2
+# WHAT NAME DATA_BIN ARCH_FLAGS... -- EXTRA_FLAGS...: fairseq-train, the recipe's settings, into RUNS/NAME
+# as a stage (common.sh); FROM: the flags it starts from (--restore-file ...), given on its first
+# launch only: a run with a checkpoint of its own goes on from it
+train() {
+  local what="$1" name="$2" bin="$3"; shift 3
   local arch=() extra=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do arch+=("$1"); shift; done
   [ $# -gt 0 ] && shift
   extra=("$@")
-  run fairseq-train "$bin" --user-dir "$PLUGIN" "${arch[@]}" ${WIDTH[@]+"${WIDTH[@]}"} --task translation \
-    --criterion label_smoothed_cross_entropy "${TRAIN[@]}" ${extra[@]+"${extra[@]}"} "${DEVICE[@]}" \
-    ${SMOKE_TRAIN[@]+"${SMOKE_TRAIN[@]}"} --save-dir "$RUNS/$name" < /dev/null
+  FIRST_ONLY=${#FROM[@]} stage "$what" "$RUNS/$name/.done" fairseq-train "$bin" --user-dir "$PLUGIN" "${arch[@]}" \
+    ${WIDTH[@]+"${WIDTH[@]}"} --task translation --criterion label_smoothed_cross_entropy "${TRAIN[@]}" \
+    ${extra[@]+"${extra[@]}"} "${DEVICE[@]}" ${SMOKE_TRAIN[@]+"${SMOKE_TRAIN[@]}"} --save-dir "$RUNS/$name" \
+    ${FROM[@]+"${FROM[@]}"} < /dev/null
 }
 
 # a row's options: "-" (from scratch), "continue:PARENT FLAGS" (PARENT's training continued with FLAGS)
@@ -82,18 +89,10 @@ shape() {  # LAYERS (E+D) HEADS: the architecture flags of a row
   echo --arch deep_transformer "${RPR[@]}" --encoder-layers "${1%+*}" --decoder-layers "${1#*+}" \
     --encoder-attention-heads "$2" --decoder-attention-heads "$2"
 }
-# resuming: a run with a checkpoint of its own goes on from it; else it starts from RESTORE_FLAGS
-restore() {  # NAME RESTORE_FLAGS...
-  local name="$1"; shift
-  if [ "$DRY_RUN" = 0 ] && [ -f "$RUNS/$name/checkpoint_last.pt" ]; then return; fi
-  echo "$@"
-}
+FROM=()
 
 if wanted teacher; then
-  if done_marker "$RUNS/teacher"; then echo "[teacher] done: $(checkpoint teacher)"; else
-    train teacher "$DATA" "${TEACHER_ARCH[@]}"
-    finish "$RUNS/teacher"
-  fi
+  train "[teacher]" teacher "$DATA" "${TEACHER_ARCH[@]}"
 fi
 
 # GPKD's KD is sequence-level only (its data column): every row trains with the cross-entropy
@@ -108,14 +107,13 @@ done < <(rows)
 if wanted skip; then
   while IFS=$'\t' read -r name layers data criterion options heads paper; do
     [ "$(row_kind "$options")" = continue ] || continue
-    if done_marker "$RUNS/$name"; then echo "[skip] $name done"; continue; fi
     parent=$(row_parent "$options")
     read -r -a flags <<< "$(row_flags "$options")"
     # stage 2 keeps the parent's weights, optimizer and schedule; epochs and meters start afresh
-    read -r -a from <<< "$(restore "$name" --restore-file "$(checkpoint "$parent")" --reset-dataloader --reset-meters)"
+    FROM=(--restore-file "$(checkpoint "$parent")" --reset-dataloader --reset-meters)
     read -r -a arch <<< "$(shape "$layers" "$heads")"
-    train "$name" "$DATA" "${arch[@]}" -- ${flags[@]+"${flags[@]}"} ${from[@]+"${from[@]}"}
-    finish "$RUNS/$name"
+    train "[skip] $name" "$name" "$DATA" "${arch[@]}" -- ${flags[@]+"${flags[@]}"}
+    FROM=()
   done < <(rows)
 fi
 
@@ -123,19 +121,17 @@ seqkd_dir() { echo "$OUT/seqkd-$1"; }
 
 if wanted seqkd; then
   for parent in $(rows | cut -f3 | grep '^seqkd:' | sed 's/^seqkd://' | sort -u); do
-    if done_marker "$(seqkd_dir "$parent")"; then echo "[seqkd] $parent done"; continue; fi
-    seqkd --data "$DATA" --teacher "$(checkpoint "$parent")" --out "$(seqkd_dir "$parent")" --beam 4 --lenpen 0.6
-    finish "$(seqkd_dir "$parent")"
+    stage "[seqkd] $parent" "$(seqkd_dir "$parent")/.done" seqkd --data "$DATA" --teacher "$(checkpoint "$parent")" \
+      --out "$(seqkd_dir "$parent")" --beam 4 --lenpen 0.6
   done
 fi
 
 if wanted extract; then
   while IFS=$'\t' read -r name layers data criterion options heads paper; do
     [ "$(row_kind "$options")" = extract ] || continue
-    if [ "$DRY_RUN" = 0 ] && [ -f "$RUNS/$name/init.pt" ]; then echo "[extract] $name done"; continue; fi
     read -r -a flags <<< "$(row_flags "$options")"
-    run mkdir -p "$RUNS/$name"
-    run fsd-extract-student "$(checkpoint "$(row_parent "$options")")" "$RUNS/$name/init.pt" ${flags[@]+"${flags[@]}"}
+    stage "[extract] $name" "$RUNS/$name/init.pt.done" fsd-extract-student "$(checkpoint "$(row_parent "$options")")" \
+      "$RUNS/$name/init.pt" ${flags[@]+"${flags[@]}"}
   done < <(rows)
 fi
 
@@ -143,31 +139,33 @@ if wanted students; then
   while IFS=$'\t' read -r name layers data criterion options heads paper; do
     kind=$(row_kind "$options")
     [ "$kind" = continue ] && continue
-    if done_marker "$RUNS/$name"; then echo "[students] $name done"; continue; fi
     bin="$DATA"
     case "$data" in seqkd:*) bin=$(seqkd_dir "${data#seqkd:}") ;; esac
-    from=()
+    FROM=()
     if [ "$kind" = extract ]; then
-      read -r -a from <<< "$(restore "$name" --restore-file "$RUNS/$name/init.pt" --reset-optimizer \
-        --reset-lr-scheduler --reset-meters --reset-dataloader)"
+      FROM=(--restore-file "$RUNS/$name/init.pt" --reset-optimizer --reset-lr-scheduler --reset-meters
+            --reset-dataloader)
     fi
     read -r -a arch <<< "$(shape "$layers" "$heads")"
-    train "$name" "$bin" "${arch[@]}" -- ${from[@]+"${from[@]}"}
-    finish "$RUNS/$name"
+    train "[students] $name" "$name" "$bin" "${arch[@]}" --
+    FROM=()
   done < <(rows)
 fi
 
 if wanted evaluate; then
   run mkdir -p "$OUT/eval"
+  unfinished=()
   for name in teacher $(rows | cut -f1); do
+    if ! finished "$name"; then unfinished+=("$name"); continue; fi
     run fsd-evaluate "$(checkpoint "$name")" "$DATA" "${DECODE[@]}" --out "$OUT/eval/$name.json"
     run fsd-benchmark-score score wmt16_en_de --text "$TEXT" --eval "$OUT/eval/$name.json" \
       --out "$OUT/eval/$name.scores.json"
   done
+  say_unfinished evaluate ${unfinished[@]+"${unfinished[@]}"}
 fi
 
 if wanted table; then
   # the teacher's BLEU: Deep-RPR-48L in GPKD's Table 1 (checkpoints averaged; 29.19 single, Table 5)
   run fsd-benchmark-score table wmt16_en_de --rows "$ROWS" --teacher-paper-bleu 30.03 --teacher-layers 48+6 --teacher-heads 8 \
-    --eval "$OUT/eval" --out "$OUT/results.md"
+    --eval "$OUT/eval" --runs "$RUNS" --out "$OUT/results.md"
 fi

@@ -315,7 +315,8 @@ def seqkd_table(datasets) -> str:
         ratio = f"{baseline / r['decode_seconds']:.2f}" if baseline and r.get("decode_seconds") else "-"
         nbest = r.get("nbest", 1)
         lines.append(f"| {r['name']} | {decoder} | {get(r, 'beam')} | "
-                     f"{'1' if nbest == 1 else str(nbest) + ', ' + str(r.get('select'))} | {r['sentences']:,} | "
+                     f"{'1' if nbest == 1 else str(nbest) + ', ' + str(r.get('select'))}"
+                     f"{', ' + str(r['targets']) + ' targets' if r.get('targets', 1) > 1 else ''} | {r['sentences']:,} | "
                      f"{get(r, 'decode_seconds', '{:.0f} s')} | {ratio} | {get(r, 'sentences_per_second', '{:.1f}')} | "
                      f"{'-' if tokens_per_second is None else format(tokens_per_second, '.0f')} | "
                      f"{get(r, 'merge_seconds', '{:.0f} s')} | "

@@ -13,10 +13,10 @@ does at the limit, what it cannot decode). Both read the binarized source, so th
 sees the same subword tokens either way. Shard files are the same for both; the first line
 of each records how it was decoded, and shards decoded differently are not merged together.
 
-Every training sentence must get exactly one hypothesis, put back in corpus order. A
-missing or empty hypothesis stops the merge (``--on-missing fail``, the default) or is
-replaced by the original reference (``--on-missing reference``); either way it is
-reported. ``--max-len-ratio R`` drops pairs whose hypothesis/source length ratio is above
+Every training sentence must get exactly one hypothesis (``--targets K``: up to K), put back
+in corpus order. A missing or empty hypothesis stops the merge (``--on-missing fail``, the
+default) or is replaced by the original reference (``--on-missing reference``); either way it
+is reported. ``--max-len-ratio R`` drops pairs whose hypothesis/source length ratio is above
 R or below 1/R, and reports how many. The valid and test sets are copied unchanged.
 
 ``--nbest N`` keeps the teacher's N best hypotheses per sentence in the shards;

@@ -1,5 +1,6 @@
 """Merging the shards of a seq-KD job: hypotheses back in corpus order, counts verified, one
-chosen per sentence, pairs filtered, the result binarized (:mod:`fairseq_distill.seqkd.job`)."""
+chosen per sentence (under ``--select mbr --targets K``, up to K, each a pair), pairs filtered,
+the result binarized (:mod:`fairseq_distill.seqkd.job`)."""
 import json
 import os
 import shutil

@@ -141,8 +141,9 @@ def build_parser():
 def main(argv=None):
     job = SeqKDJob(**vars(build_parser().parse_args(argv)))
     run_cli("seqkd", lambda: make_seqkd_data(job),
-            on_interrupt="the shards finished so far are kept in the work directory (--work, default "
-                         "OUT.work); run the same command again to decode only the others and merge")
+            on_interrupt="the shards finished so far, and the MBR rankings made so far, are kept in the work "
+                         "directory (--work, default OUT.work); run the same command again to decode and rank "
+                         "only the rest and merge")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,68 @@
+"""A regression guard on the data tools' memory: their peak resident memory (the whole process
+tree) must not grow with the corpus. Each tool runs on a synthetic WMT-like corpus of 20,000 and
+of 200,000 pairs (bench/scale_corpus.py); the larger may use at most 1.3 times the smaller's peak.
+A tool that held every line would use far more: 200,000 pairs are about 60 MB of text, several
+hundred MB as Python strings. Timings belong to bench/scale.py, not here."""
+import os
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+SIZES = (20_000, 200_000)
+GROWTH = 1.3
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory):
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    from scale_corpus import write_corpus
+
+    root = tmp_path_factory.mktemp("scale")
+    for n in SIZES:
+        write_corpus(n, str(root / f"corpus-{n}"), seed=1, report=lambda _: None)
+    return root
+
+
+def peak(argv, root, name, outputs):
+    from scale_measure import measure
+
+    result = measure(argv, str(root / f"{name}.log"), [str(p) for p in outputs])
+    assert result["exit_code"] == 0, open(root / f"{name}.log", encoding="utf-8").read()[-3000:]
+    return result["peak_rss_bytes"]
+
+
+def clean(root, n):
+    out = root / f"text-{n}"
+    return peak([os.path.join(BIN, "fsd-benchmark-corpus"), "wmt14_en_de", "--archive", str(root / f"corpus-{n}"),
+                 "--out", str(out), "--workers", "2"], root, f"clean-{n}", [out])
+
+
+def prepare(root, n):
+    text, out = root / f"text-{n}", root / f"data-{n}"
+    # the same subword sample at both sizes: the sample's memory is bounded by its option, not by
+    # the corpus; everything else must be flat
+    return peak([os.path.join(BIN, "fsd-prepare-corpus"), "-s", "en", "-t", "de", "--train-prefix",
+                 str(text / "train"), "--valid-prefix", str(text / "valid"), "--test-prefix", str(text / "test"),
+                 "--vocab-size", "4000", "--subword-sample", "20000", "--workers", "2", "--out", str(out)],
+                root, f"prepare-{n}", [out])
+
+
+def cache_merge(root, n):
+    from scale_cache import write_shards
+
+    data, out = root / f"data-{n}" / "bin", root / f"cache-{n}"
+    write_shards(str(data), str(out), num_shards=3, top_k=8)
+    return peak([os.path.join(BIN, "fsd-cache-teacher"), "--data", str(data), "--out", str(out), "--num-shards",
+                 "3", "--merge"], root, f"cache-{n}", [out])
+
+
+def test_the_data_tools_memory_does_not_grow_with_the_corpus(corpora):
+    peaks = {}
+    for tool in (clean, prepare, cache_merge):
+        peaks[tool.__name__] = [tool(corpora, n) for n in SIZES]
+    grown = {name: round(big / small, 2) for name, (small, big) in peaks.items() if big > GROWTH * small}
+    assert not grown, f"peak memory grew with the corpus (200k against 20k pairs): {grown}; all: {peaks}"

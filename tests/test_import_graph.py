@@ -29,6 +29,8 @@ LAYERS = (
     ("deploy", "evaluation", "corpora", "depth"),
     # models, teachers, the KD terms
     ("models", "teacher", "terms"),
+    # the deployment report: deployed forms, their scores and the teachers' dictionaries together
+    ("report",),
     # what fairseq registers and the seq-KD jobs
     ("criterions", "tasks", "seqkd"),
     # the command-line front ends

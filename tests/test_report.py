@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from fairseq_distill.cli import report as cli
-from fairseq_distill.deploy.report_rounds import run_rounds, summarize
-from fairseq_distill.deploy.timings import (fastest_round, generation_seconds, latency_sample, latency_summary,
-                                            pareto_front, percentile, rates)
 from fairseq_distill.errors import DistillError
+from fairseq_distill.report.report_rounds import run_rounds, summarize
+from fairseq_distill.report.timings import (fastest_round, generation_seconds, latency_sample, latency_summary,
+                                            pareto_front, percentile, rates)
 from helpers import REPO
 
 OTHER_DATA_MODEL = os.path.join(REPO, "tests", "fixtures", "v0_1_checkpoints", "teacher.pt")

@@ -16,7 +16,7 @@ hypotheses and logs go to --work (default OUT.work).
 import argparse
 
 from fairseq_distill.cli.common import run_cli
-from fairseq_distill.deploy.report import ReportOptions, make_report
+from fairseq_distill.report.report import ReportOptions, make_report
 from fairseq_distill.evaluation.scoring import TESTS
 
 

@@ -21,9 +21,9 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from fairseq_distill.deploy.timings import generation_seconds
 from fairseq_distill.deploy.translators import (CTranslate2Translator, DecodingOptions, FairseqTranslator,
                                                 translate_lines)
+from fairseq_distill.report.timings import generation_seconds
 from fairseq_distill.text.segmentation import Segmenter
 
 

@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
-from fairseq_distill.deploy import measure
-from fairseq_distill.deploy.timings import fastest_round, latency_summary, rates
 from fairseq_distill.errors import DistillError
 from fairseq_distill.evaluation.scoring import corpus_scores
+from fairseq_distill.report import measure
+from fairseq_distill.report.timings import fastest_round, latency_summary, rates
 from fairseq_distill.text.segmentation import Segmenter
 
 CPU_BACKENDS = ("ctranslate2-int8", "ctranslate2-float32", "fairseq")

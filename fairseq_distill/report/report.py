@@ -4,8 +4,9 @@
 
 1. inputs checked before anything runs (:mod:`.report_inputs`): checkpoints, the test set's
    binarized and raw text, the data's dictionaries shared by every model;
-2. the model as deployed: its decoding checkpoint (:mod:`.checkpoint`) and CTranslate2
-   float32 and int8 exports (:mod:`.ctranslate2_export`), their sizes on disk, its parameters;
+2. the model as deployed: its decoding checkpoint (:mod:`fairseq_distill.deploy.checkpoint`) and
+   CTranslate2 float32 and int8 exports (:mod:`fairseq_distill.deploy.ctranslate2_export`),
+   their sizes on disk, its parameters;
 3. its quality: fairseq-generate's translation of the test set, BLEU, chrF and chrF++
    (sacreBLEU), and sacreBLEU's paired test against the teacher (the teacher against itself
    too, the test's own baseline);
@@ -22,18 +23,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_distill.deploy import measure
 from fairseq_distill.deploy.checkpoint import export_decoding_checkpoint
 from fairseq_distill.deploy.ctranslate2_export import export_ctranslate2, unsupported_reason
-from fairseq_distill.deploy.report_inputs import (ModelSpec, check_dictionaries, check_threads, data_dictionaries,
-                                                  parse_models, read_checkpoint, read_test_set)
-from fairseq_distill.deploy.report_output import size, write_report
-from fairseq_distill.deploy.report_rounds import cpu_backends, gpu_backends, run_rounds, summarize
-from fairseq_distill.deploy.timings import latency_sample
 from fairseq_distill.deploy.translators import DecodingOptions, join_output_lines
 from fairseq_distill.errors import DistillError
 from fairseq_distill.evaluation.scoring import TESTS, paired_significance
 from fairseq_distill.machine import describe, usable_cores
+from fairseq_distill.report import measure
+from fairseq_distill.report.report_inputs import (ModelSpec, check_dictionaries, check_threads, data_dictionaries,
+                                                  parse_models, read_checkpoint, read_test_set)
+from fairseq_distill.report.report_output import size, write_report
+from fairseq_distill.report.report_rounds import cpu_backends, gpu_backends, run_rounds, summarize
+from fairseq_distill.report.timings import latency_sample
 from fairseq_distill.text.files import file_sha256, read_lines
 
 

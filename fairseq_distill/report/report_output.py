@@ -4,8 +4,8 @@ and backend, the Pareto front drawn through the points that no other beats on bo
 import json
 from typing import List
 
-from fairseq_distill.deploy.timings import pareto_front
 from fairseq_distill.evaluation.scoring import markdown as paired_markdown
+from fairseq_distill.report.timings import pareto_front
 
 LABELS = {"ctranslate2-int8": "CTranslate2 int8", "ctranslate2-float32": "CTranslate2 float32",
           "fairseq": "fairseq", "ctranslate2-float16": "CTranslate2 float16", "fairseq-fp16": "fairseq fp16"}

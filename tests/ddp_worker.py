@@ -1,7 +1,8 @@
 """One rank of a CPU data-parallel fairseq-train run that also dumps its student weights.
 
 Only rank 0 writes checkpoints in fairseq, so to compare replicas each rank saves its
-model's (and criterion's) state when validation starts (after the last update) to $FSD_REPLICA_DUMP/rank{R}.pt.
+model's (and criterion's) state when validation starts (after the last update) to $FSD_REPLICA_DUMP/rank{R}.pt,
+and its online teacher's, if any, to teacher{R}.pt (a run without torch.distributed is rank 0).
 Usage: python tests/ddp_worker.py <fairseq-train arguments> --task translation_distill_replica_dump
 (or translation_multidepth_replica_dump for flexible-depth training).
 """
@@ -44,13 +45,17 @@ class ReplicaDump:
 
     def begin_valid_epoch(self, epoch, model):
         super().begin_valid_epoch(epoch, model)
-        rank = torch.distributed.get_rank()
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
         # distillation-only parameters (layer projections, alignment modules) must agree too
         for k, v in self.dumped_criterion.state_dict().items():
             if torch.is_tensor(v):  # the loss forms and the collapse watch travel as extra state
                 weights[f"criterion.{k}"] = v.detach().clone()
         torch.save(weights, os.path.join(os.environ["FSD_REPLICA_DUMP"], f"rank{rank}.pt"))
+        teacher = getattr(self, "teacher", None)
+        if teacher is not None:
+            torch.save({k: v.detach().clone() for k, v in teacher.models[0].state_dict().items()},
+                       os.path.join(os.environ["FSD_REPLICA_DUMP"], f"teacher{rank}.pt"))
         with open(os.path.join(os.environ["FSD_REPLICA_DUMP"], f"draws{rank}.json"), "w") as f:
             json.dump(self.draws, f)
 

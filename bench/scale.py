@@ -11,6 +11,13 @@ Tools:
            layout of its archives unpacked
   prepare  fsd-prepare-corpus on that text, with the WMT'14 recipe's options (joint SentencePiece
            unigram, 37,000 pieces)
+  cache, cache-sharded   fsd-cache-teacher, K = 8, a tiny teacher (d = 32): one process, and
+           --num-shards 2 (both shards, then the merge, in one call)
+  cache-merge  fsd-cache-teacher --merge of 4 synthetic shards (bench/scale_cache.py): the merge
+           alone, at any size, without a teacher's compute
+  train-startup  fairseq-train of a tiny student reading that merged cache, to its first update
+  translate  fsd-translate (CTranslate2, greedy) of the training source with the tiny teacher
+  seqkd, seqkd-nbest  fsd-seqkd (CTranslate2) 1-best; 4-best with chrF selection, 2 shards and the merge
 Run it on an otherwise idle machine (or pinned to a free core with taskset): timings under load
 mislead.
 """
@@ -18,16 +25,26 @@ import argparse
 import json
 import os
 import platform
+import shutil
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 from scale_corpus import write_corpus  # noqa: E402
 from scale_measure import measure  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
-TOOLS = ("clean", "prepare")
+TOOLS = ("clean", "prepare", "cache", "cache-sharded", "cache-merge", "train-startup", "translate", "seqkd",
+         "seqkd-nbest")
+# a tiny teacher (d = 32, one update: its output is not the point) so that what is measured is the
+# tools' own work and the smallest model's compute
+TEACHER = ["--arch", "transformer", "--share-all-embeddings", "--encoder-layers", "1", "--decoder-layers", "1",
+           "--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+           "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]
+STUDENT = [a.replace("32", "16").replace("64", "32") for a in TEACHER]
 GIB = 1 << 30
 
 
@@ -47,7 +64,82 @@ def commands(tool, work, size, workers):
                  os.path.join(text, "train"), "--valid-prefix", os.path.join(text, "valid"), "--test-prefix",
                  os.path.join(text, "test"), "--bpe", "sentencepiece", "--spm-model-type", "unigram",
                  "--vocab-size", "37000", "--workers", str(workers), "--out", out], [out])
+    data = os.path.join(work, f"data-{size}", "bin")
+    teacher = os.path.join(work, f"teacher-{size}", "checkpoint_last.pt")
+    tool_bin = os.path.join(BIN, "fsd-cache-teacher")
+    if tool == "cache":
+        out = os.path.join(work, f"cache-{size}")
+        return [tool_bin, "--teacher", teacher, "--data", data, "--top-k", "8", "--out", out, "--cpu"], [out]
+    if tool == "cache-sharded":
+        out = os.path.join(work, f"cache2-{size}")
+        return [tool_bin, "--teacher", teacher, "--data", data, "--top-k", "8", "--out", out, "--cpu",
+                "--num-shards", "2"], [out]
+    if tool == "cache-merge":
+        out = os.path.join(work, f"cachesyn-{size}")
+        return [tool_bin, "--data", data, "--out", out, "--num-shards", "4", "--merge"], [out]
+    if tool == "train-startup":
+        out = os.path.join(work, f"student-{size}")
+        return ([os.path.join(BIN, "fairseq-train"), data, "--user-dir", os.path.join(ROOT, "fairseq_distill"),
+                 "--task", "translation_distill", "--teacher-path", teacher, "--teacher-cache",
+                 os.path.join(work, f"cachesyn-{size}"), "--criterion", "word_kd", *STUDENT, "--cpu",
+                 "--optimizer", "adam", "--lr", "0.001", "--max-tokens", "4000", "--max-update", "1",
+                 "--num-workers", "0", "--disable-validation", "--no-save", "--log-format", "simple",
+                 "--log-interval", "1", "--save-dir", out], [])
+    if tool == "translate":
+        out = os.path.join(work, f"translate-{size}.txt")
+        return ([os.path.join(BIN, "fsd-translate"), "--backend", "ctranslate2", "--model-dir",
+                 os.path.join(work, f"teacher-{size}", "ct2"), "--input", os.path.join(text, "train.en"),
+                 "--output", out, "--beam", "1", "--quiet"], [out])
+    seqkd = [os.path.join(BIN, "fsd-seqkd"), "--teacher", teacher, "--data", data, "--backend", "ctranslate2"]
+    if tool == "seqkd":
+        out = os.path.join(work, f"seqkd-{size}")
+        return seqkd + ["--out", out], [out, out + ".work"]
+    if tool == "seqkd-nbest":
+        out = os.path.join(work, f"seqkdn-{size}")
+        return seqkd + ["--nbest", "4", "--select", "chrf", "--num-shards", "2", "--out", out], [out, out + ".work"]
     raise ValueError(tool)
+
+
+def row_facts(tool, work, size) -> dict:
+    """What a row says besides time and memory: the training pairs kept, a cache's rows and bytes."""
+    facts = {}
+    counts = os.path.join(work, f"text-{size}", "counts.json")
+    if os.path.exists(counts):
+        with open(counts, encoding="utf-8") as f:
+            facts["training_pairs"] = json.load(f)["lines"]["train"]["en"]
+    cache = {"cache": "cache", "cache-sharded": "cache2", "cache-merge": "cachesyn"}.get(tool)
+    if cache:
+        with open(os.path.join(work, f"{cache}-{size}", "meta.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+        array_bytes = sum(meta["array_bytes"].values())
+        rows_bytes = meta["array_bytes"]["log_probs.npy"] + meta["array_bytes"]["indices.npy"]
+        facts.update(cache_rows=meta["tokens"], cache_bytes=array_bytes,
+                     cache_bytes_per_target_token=round(rows_bytes / meta["tokens"], 2))
+    return facts
+
+
+def setup(tool, work, size):
+    """What a tool needs that is not measured: the tiny teacher (and its CTranslate2 export), the
+    synthetic shards of the merge."""
+    data = os.path.join(work, f"data-{size}", "bin")
+    teacher_dir = os.path.join(work, f"teacher-{size}")
+    if tool not in ("clean", "prepare", "cache-merge") and not os.path.exists(os.path.join(teacher_dir,
+                                                                                         "checkpoint_last.pt")):
+        subprocess.run([os.path.join(BIN, "fairseq-train"), data, *TEACHER, "--cpu", "--optimizer", "adam",
+                        "--lr", "0.003", "--max-tokens", "4000", "--max-update", "1", "--criterion",
+                        "cross_entropy", "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0",
+                        "--save-dir", teacher_dir], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    if tool == "translate" and not os.path.exists(os.path.join(teacher_dir, "ct2")):
+        subprocess.run([os.path.join(BIN, "fsd-export-ctranslate2"), os.path.join(teacher_dir, "checkpoint_last.pt"),
+                        data, os.path.join(teacher_dir, "ct2")], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.STDOUT)
+    if tool in ("cache-merge", "train-startup") and not os.path.exists(os.path.join(work, f"cachesyn-{size}",
+                                                                                    "meta.json")):
+        from scale_cache import write_shards
+
+        out = os.path.join(work, f"cachesyn-{size}")
+        if not os.path.isdir(os.path.join(out, "shards")):
+            write_shards(data, out, num_shards=4, top_k=8)
 
 
 def cpu_model():
@@ -90,10 +182,11 @@ def run(args):
                 continue
             argv, outputs = commands(tool, args.work, size, args.workers)
             for out in outputs:
-                if os.path.exists(out):
-                    import shutil
-
+                if os.path.isdir(out) and tool != "cache-merge":
                     shutil.rmtree(out)
+                elif os.path.isfile(out):
+                    os.remove(out)
+            setup(tool, args.work, size)
             log = os.path.join(args.work, f"{tool}-{size}.log")
             print(f"[scale] {tool} at {size:,} pairs: {' '.join(os.path.relpath(a, args.work) if a.startswith(args.work) else os.path.basename(a) if a.startswith(BIN) else a for a in argv)}", flush=True)
             row = measure(argv, log, outputs)
@@ -101,7 +194,8 @@ def run(args):
                 with open(log, encoding="utf-8", errors="replace") as f:
                     print(f.read()[-3000:])
                 raise SystemExit(f"[scale] {tool} at {size:,} failed (exit {row['exit_code']}); log {log}")
-            row.update(tool=tool, pairs=size, workers=args.workers, cpus=len(affinity))
+            row.update(tool=tool, pairs=size, workers=args.workers, cpus=len(affinity), **row_facts(tool, args.work,
+                                                                                                 size))
             results["rows"] = [r for r in results["rows"] if not (r["tool"] == tool and r["pairs"] == size)] + [row]
             save(path, results)
             print(f"[scale] {tool} at {size:,}: {row['seconds']:.0f}s, peak RSS {row['peak_rss_bytes'] / GIB:.2f} GiB, "

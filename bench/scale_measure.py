@@ -4,7 +4,9 @@ process tree, and the bytes it wrote.
 The memory is sampled from /proc every ``interval`` seconds: the sum of VmRSS over the command's
 process and all its descendants (worker pools included). Pages shared between a parent and its
 forked workers are counted once per process, so the figure is an upper bound, never an
-underestimate. Linux only.
+underestimate. Pages of files read through memory maps count too (the kernel can drop them under
+pressure); the peak of anonymous memory alone (``RssAnon``: what the process holds itself) is
+recorded beside it. Linux only.
 """
 import os
 import subprocess
@@ -29,24 +31,29 @@ def _children() -> Dict[int, List[int]]:
     return tree
 
 
-def _rss_kib(pid: int) -> int:
+def _rss_kib(pid: int):
+    """(VmRSS, RssAnon) of a process in KiB: all its resident pages, and those not backed by a file."""
+    rss = anon = 0
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             for line in f:
                 if line.startswith(b"VmRSS:"):
-                    return int(line.split()[1])
+                    rss = int(line.split()[1])
+                elif line.startswith(b"RssAnon:"):
+                    anon = int(line.split()[1])
     except OSError:
         pass
-    return 0
+    return rss, anon
 
 
-def tree_rss_bytes(root: int) -> int:
-    """The summed resident memory of ``root`` and its descendants now."""
+def tree_rss_bytes(root: int, anonymous: bool = False) -> int:
+    """The summed resident memory of ``root`` and its descendants now; ``anonymous``: only the
+    pages not backed by a file (what the tools hold themselves, without the files they map)."""
     tree = _children()
     total, todo = 0, [root]
     while todo:
         pid = todo.pop()
-        total += _rss_kib(pid)
+        total += _rss_kib(pid)[1 if anonymous else 0]
         todo.extend(tree.get(pid, ()))
     return total * 1024
 
@@ -66,10 +73,10 @@ def directory_bytes(path: str) -> int:
 def measure(cmd: List[str], log_path: str, outputs: List[str] = (), env: Optional[dict] = None,
             interval: float = 0.25, timeout: Optional[float] = None) -> dict:
     """Run ``cmd`` (its output to ``log_path``) and return ``{"seconds", "peak_rss_bytes",
-    "bytes_written", "exit_code"}``; ``bytes_written`` is what ``outputs`` (files or directories)
+    "peak_anonymous_bytes", "bytes_written", "exit_code"}``; ``bytes_written`` is what ``outputs`` (files or directories)
     hold afterwards, less what they held before."""
     before = sum(directory_bytes(p) for p in outputs if os.path.exists(p))
-    peak = [0]
+    peak = [0, 0]
     with open(log_path, "w", encoding="utf-8") as log:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -78,6 +85,7 @@ def measure(cmd: List[str], log_path: str, outputs: List[str] = (), env: Optiona
         def sample():
             while not done.is_set():
                 peak[0] = max(peak[0], tree_rss_bytes(proc.pid))
+                peak[1] = max(peak[1], tree_rss_bytes(proc.pid, anonymous=True))
                 done.wait(interval)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -91,5 +99,5 @@ def measure(cmd: List[str], log_path: str, outputs: List[str] = (), env: Optiona
         done.set()
         sampler.join()
     after = sum(directory_bytes(p) for p in outputs if os.path.exists(p))
-    return {"seconds": round(seconds, 2), "peak_rss_bytes": peak[0], "bytes_written": after - before,
-            "exit_code": code}
+    return {"seconds": round(seconds, 2), "peak_rss_bytes": peak[0], "peak_anonymous_bytes": peak[1],
+            "bytes_written": after - before, "exit_code": code}

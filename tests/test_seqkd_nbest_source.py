@@ -12,7 +12,8 @@ from fairseq_distill.seqkd.selection import select_hypotheses
 from fairseq_distill.seqkd.monolingual import read_source
 from fairseq_distill.text.segmentation import Segmenter
 from fairseq_distill.seqkd.inputs import SeqKDJob, check_options
-from fairseq_distill.seqkd.merge import check_source_matches, read_shards, shard_settings
+from fairseq_distill.seqkd.merge import check_source_matches, shard_settings
+from fairseq_distill.seqkd.shard_index import index_shards
 
 REF = "Two young men are outside near many bushes."
 
@@ -140,13 +141,14 @@ def test_shards_decoded_differently_are_not_merged(tmp_path):
     write_shard(tmp_path, 0, 2, a, [{"id": 0, "hyp": "x", "nbest": ["x", "y"]}])
     write_shard(tmp_path, 1, 2, b, [{"id": 1, "hyp": "z"}])
     args = SimpleNamespace(work=str(tmp_path), num_shards=2)
-    headers, lists = read_shards(args)
-    assert lists == {0: ["x", "y"], 1: ["z"]}
+    index = index_shards(args)
+    index.locate(2)
+    assert index.lists(range(2)) == {0: ["x", "y"], 1: ["z"]}
     with pytest.raises(DistillError, match=r"shards 0 and 1 of 2 were decoded with different settings "
                                            r"\(backend, beam\)"):
-        shard_settings(headers, args)
+        shard_settings(index.headers, args)
     write_shard(tmp_path, 1, 2, a, [{"id": 1, "hyp": "z"}])
-    assert shard_settings(read_shards(args)[0], args) == a
+    assert shard_settings(index_shards(args).headers, args) == a
 
 
 def test_merge_needs_the_subset_and_source_the_shards_translated(tmp_path):

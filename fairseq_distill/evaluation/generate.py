@@ -4,6 +4,9 @@ Shared by evaluation and sequence-level KD data generation. The raw generate out
 kept in a log file; the terminal shows a progress bar (sentences done / total) instead.
 With ``--nbest N`` fairseq-generate prints N hypotheses per sentence, best first: all are
 kept in :attr:`GenerationResult.nbest`, the first in :attr:`GenerationResult.hypotheses`.
+Given ``on_sentence``, nothing is kept: each sentence's hypotheses are handed to it as soon as
+they are complete (fairseq prints a sentence's lines together), so a corpus of millions of
+sentences is decoded in flat memory (seq-KD shards, :mod:`fairseq_distill.seqkd.decode`).
 """
 import os
 import re
@@ -11,7 +14,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 from tqdm import tqdm
@@ -59,9 +62,12 @@ def run_generate(
     log_path: Optional[str] = None,
     description: str = "generate",
     env: Optional[Dict[str, str]] = None,
+    on_sentence: Optional[Callable[[int, List[str]], None]] = None,
 ) -> GenerationResult:
     """``fairseq-generate DATA --path CHECKPOINTS --gen-subset SUBSET ARGS`` with our plugin loaded;
-    ``env``: variables set for it on top of ours (e.g. ``OMP_NUM_THREADS``, its torch threads)."""
+    ``env``: variables set for it on top of ours (e.g. ``OMP_NUM_THREADS``, its torch threads).
+    ``on_sentence(id, hypotheses)``: called once per sentence with its H-lines (best first) when
+    they are complete, in fairseq's output order; the result then holds the counts only."""
     cmd = [
         sys.executable, "-m", "fairseq_cli.generate", data,
         "--path", checkpoints, "--gen-subset", subset,
@@ -75,6 +81,7 @@ def run_generate(
     started = time.time()
     log = open(log_path, "w", encoding="utf-8") if log_path else None
     bar = progress_bar(total, description)
+    proc = None
     try:
         if log:
             log.write(" ".join(cmd) + "\n")
@@ -82,6 +89,7 @@ def run_generate(
                                 text=True, encoding="utf-8", errors="replace",
                                 env={**os.environ, **env} if env else None)
         tail = []
+        current, hyps = None, []  # with on_sentence: the sentence whose H-lines are being read
         for line in proc.stdout:
             if log:
                 log.write(line)
@@ -91,7 +99,16 @@ def run_generate(
                 sid, _, payload = rest.partition("\t")
                 if not sid.isdigit():
                     continue
-                if kind == "T":
+                if on_sentence is not None:  # hypotheses only, handed on: nothing kept
+                    if kind == "H":
+                        sid = int(sid)
+                        if sid != current:
+                            if current is not None:
+                                on_sentence(current, hyps)
+                            current, hyps = sid, []
+                            bar.update(1)
+                        hyps.append(payload.partition("\t")[2])
+                elif kind == "T":
                     result.references[int(sid)] = payload
                 else:
                     _score, _, text = payload.partition("\t")
@@ -113,6 +130,13 @@ def run_generate(
                 result.tokens_per_second = float(speed.group(5))
             tail = (tail + [line])[-30:]
         code = proc.wait()
+        if current is not None and code == 0:
+            on_sentence(current, hyps)
+    except BaseException:
+        if proc is not None and proc.poll() is None:  # e.g. on_sentence failed: fairseq-generate stops too
+            proc.kill()
+            proc.wait()
+        raise
     finally:
         bar.close()
         if log:

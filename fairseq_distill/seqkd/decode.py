@@ -8,10 +8,12 @@ from typing import Optional
 from fairseq_distill.errors import DistillError
 from fairseq_distill.evaluation.generate import progress_bar, run_generate
 from fairseq_distill.seqkd.inputs import Inputs, shard_path
+from fairseq_distill.seqkd.shard_writer import ShardWriter
 
 
-def generate_fairseq(args, src, tgt, inputs: Inputs):
-    """fairseq-generate on the shard: {id: n-best pieces strings}, seconds, stats."""
+def generate_fairseq(args, src, tgt, inputs: Inputs, writer: ShardWriter):
+    """fairseq-generate on the shard, each sentence's n-best pieces strings handed to ``writer`` as
+    they come: the seconds taken, stats."""
     from fairseq_distill.seqkd.monolingual import SUBSET
 
     gen_args = [
@@ -24,7 +26,7 @@ def generate_fairseq(args, src, tgt, inputs: Inputs):
     ]
     gen_args += ["--max-tokens", str(args.max_tokens)] if args.max_tokens else ["--batch-size", str(args.batch_size)]
     out = shard_path(args.work, args.shard_id, args.num_shards)
-    nbest, seconds = {}, 0.0
+    seconds = 0.0
     parts = [(args.data, args.subset, 0, len(inputs.train), "")]
     if inputs.mono_dir:
         parts.append((inputs.mono_dir, SUBSET, len(inputs.train), len(inputs.mono), ".monolingual"))
@@ -34,23 +36,33 @@ def generate_fairseq(args, src, tgt, inputs: Inputs):
             total=(total + args.num_shards - 1) // args.num_shards if args.num_shards > 1 else total,
             log_path=out + suffix + ".log",
             description=f"teacher shard {args.shard_id}/{args.num_shards}{suffix.replace('.', ' ')}",
+            on_sentence=lambda sid, hyps, offset=offset: writer.add(offset + sid, hyps),
         )
-        nbest.update({offset + sid: hyps for sid, hyps in result.nbest.items()})
         seconds += result.wall_seconds
-    return nbest, seconds, {}
+    return seconds, {}
 
 
-def generate_ctranslate2(args, inputs: Inputs, teacher):
-    """CTranslate2 on the shard (sentence i is in shard i mod N): as :func:`generate_fairseq`."""
+CT2_WINDOW = 100_000  # sentences of a shard handed to CTranslate2 at a time (their sources held meanwhile)
+
+
+def generate_ctranslate2(args, inputs: Inputs, teacher, writer: ShardWriter):
+    """CTranslate2 on the shard (sentence i is in shard i mod N), a window of sentences at a time:
+    as :func:`generate_fairseq`."""
     ids = range(args.shard_id, len(inputs), args.num_shards)
     bar = progress_bar(len(ids), f"teacher shard {args.shard_id}/{args.num_shards} (ctranslate2)")
+    seconds, stats = 0.0, {"at_length_limit": 0, "redecoded_with_fairseq": 0}
     try:
-        result = teacher.decode({i: inputs[i].split() for i in ids}, progress=bar.update)
+        for start in range(0, len(ids), CT2_WINDOW):
+            result = teacher.decode({i: inputs[i].split() for i in ids[start:start + CT2_WINDOW]},
+                                    progress=bar.update)
+            for sid in sorted(result.nbest):
+                writer.add(sid, [" ".join(h) for h in result.nbest[sid]])
+            seconds += result.seconds
+            stats["at_length_limit"] += result.at_length_limit
+            stats["redecoded_with_fairseq"] += result.redecoded_with_fairseq
     finally:
         bar.close()
-    nbest = {sid: [" ".join(h) for h in hyps] for sid, hyps in result.nbest.items()}
-    stats = {"at_length_limit": result.at_length_limit, "redecoded_with_fairseq": result.redecoded_with_fairseq}
-    return nbest, result.seconds, stats
+    return seconds, stats
 
 
 def shard_settings(args) -> Optional[dict]:
@@ -114,12 +126,15 @@ def generate_shard(args, src, tgt, inputs: Inputs, settings: dict, teacher=None)
     """Decode shard ``args.shard_id`` and write its file: a header line (``settings``, counts),
     then one record per sentence: ``{"id", "hyp"}``, plus ``"nbest"`` (best first) when N > 1."""
     os.makedirs(args.work, exist_ok=True)
-    if args.backend == "ctranslate2":
-        nbest, seconds, stats = generate_ctranslate2(args, inputs, teacher)
-    else:
-        nbest, seconds, stats = generate_fairseq(args, src, tgt, inputs)
-    out = write_shard(args.work, args.shard_id, args.num_shards, settings,
-                      {"sentences": len(nbest), "decode_seconds": round(seconds, 1), **stats},
-                      shard_records(nbest, args.nbest))
-    print(f"[seqkd] shard {args.shard_id}/{args.num_shards} ({args.backend}): {len(nbest):,} sentences "
+    writer = ShardWriter(args.work, args.shard_id, args.num_shards, args.nbest)
+    try:
+        if args.backend == "ctranslate2":
+            seconds, stats = generate_ctranslate2(args, inputs, teacher, writer)
+        else:
+            seconds, stats = generate_fairseq(args, src, tgt, inputs, writer)
+    except BaseException:
+        writer.discard()
+        raise
+    out = writer.finish(settings, {"sentences": writer.count, "decode_seconds": round(seconds, 1), **stats})
+    print(f"[seqkd] shard {args.shard_id}/{args.num_shards} ({args.backend}): {writer.count:,} sentences "
           f"in {seconds:.0f}s -> {out}")

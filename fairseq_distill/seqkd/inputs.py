@@ -2,8 +2,9 @@
 (the training set, then any monolingual source). :mod:`fairseq_distill.seqkd.job` runs the job."""
 import os
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Iterable, Iterator, List, Optional
 
+import numpy as np
 from fairseq.data import Dictionary, data_utils
 
 from fairseq_distill.errors import DistillError
@@ -61,17 +62,61 @@ def data_langs(data_bin, meta, args):
     return src, tgt
 
 
-def load_side(data_bin, subset, src, tgt, lang):
-    """Every sentence of one binarized side as its space-separated subword pieces, ``</s>`` left
-    out: what ``Dictionary.string`` gives, looked up directly (it walks tensors one element at a
-    time, which dominated the merge on a large corpus)."""
-    dictionary = Dictionary.load(os.path.join(data_bin, f"dict.{lang}.txt"))
-    prefix = os.path.join(data_bin, f"{subset}.{src}-{tgt}.{lang}")
-    dataset = data_utils.load_indexed_dataset(prefix, dictionary)
-    if dataset is None:
-        raise DistillError(f"no binarized '{subset}' data for '{lang}' at {prefix}.bin/.idx")
-    symbols, eos = dictionary.symbols, dictionary.eos()
-    return [" ".join([symbols[t] for t in dataset[i].tolist() if t != eos]) for i in range(len(dataset))]
+class Side:
+    """One binarized side of a subset, read when asked: sentence i as its space-separated subword
+    pieces, ``</s>`` left out (what ``Dictionary.string`` gives, looked up directly: it walks
+    tensors one element at a time, which dominated the merge on a large corpus). The data stay
+    memory-mapped; nothing is held, so millions of sentences are read in flat memory, a range at
+    a time (:meth:`read`) or one by one."""
+
+    def __init__(self, data_bin, subset, src, tgt, lang):
+        from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+        dictionary = Dictionary.load(os.path.join(data_bin, f"dict.{lang}.txt"))
+        prefix = os.path.join(data_bin, f"{subset}.{src}-{tgt}.{lang}")
+        self.dataset = data_utils.load_indexed_dataset(prefix, dictionary)
+        if self.dataset is None:
+            raise DistillError(f"no binarized '{subset}' data for '{lang}' at {prefix}.bin/.idx")
+        self.symbols, self.eos = dictionary.symbols, dictionary.eos()
+        self.mmap = isinstance(self.dataset, MMapIndexedDataset)
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def pieces(self, tokens) -> str:
+        symbols, eos = self.symbols, self.eos
+        return " ".join([symbols[t] for t in tokens if t != eos])
+
+    def __getitem__(self, i: int) -> str:
+        return self.pieces(self.dataset[i].tolist())
+
+    def read(self, start: int, stop: int) -> List[str]:
+        """Sentences ``start`` to ``stop`` - 1: one read of their tokens (they lie side by side in
+        the .bin file), not one per sentence."""
+        stop = min(stop, len(self))
+        if start >= stop:
+            return []
+        if not self.mmap:
+            return [self[i] for i in range(start, stop)]
+        index = self.dataset._index
+        sizes = np.asarray(index.sizes[start:stop], dtype=np.int64)
+        first = int(index._pointers[start])
+        tokens = np.frombuffer(self.dataset._bin_buffer, dtype=index.dtype, count=int(sizes.sum()),
+                               offset=first).tolist()
+        ends = np.cumsum(sizes).tolist()
+        return [self.pieces(tokens[b - n:b]) for b, n in zip(ends, sizes.tolist())]
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self), READ_AT_ONCE):
+            yield from self.read(start, start + READ_AT_ONCE)
+
+
+READ_AT_ONCE = 10_000  # sentences a Side reads at a time when iterated
+
+
+def load_side(data_bin, subset, src, tgt, lang) -> List[str]:
+    """Every sentence of one binarized side (:class:`Side`), as a list: for small sets."""
+    return list(Side(data_bin, subset, src, tgt, lang))
 
 
 def count_side(data_bin, subset, src, tgt, lang) -> int:
@@ -158,7 +203,7 @@ def decoding_settings(args, paths, mono_info) -> dict:
     }
 
 
-def sources_digest(sources: List[str]) -> str:
+def sources_digest(sources: Iterable[str]) -> str:
     """The training source as decoded (its subword pieces, in corpus order), by content: a shard
     of other data, or of the same data binarized in another order, is not reused."""
     import hashlib
@@ -171,13 +216,14 @@ def sources_digest(sources: List[str]) -> str:
 
 class Inputs:
     """The sentences to translate: the training source (ids 0..n-1), then the lines of
-    ``--source`` (ids n..n+m-1), each as the binarized subword tokens."""
+    ``--source`` (ids n..n+m-1), each as the binarized subword tokens, read when asked
+    (:class:`Side`)."""
 
-    def __init__(self, args, src, tgt, mono_dir=None, train: Optional[List[str]] = None):
+    def __init__(self, args, src, tgt, mono_dir=None, train: Optional[Side] = None):
         from fairseq_distill.seqkd.monolingual import SUBSET
 
-        self.train = train if train is not None else load_side(args.data, args.subset, src, tgt, src)
-        self.mono = load_side(mono_dir, SUBSET, src, tgt, src) if mono_dir else []
+        self.train = train if train is not None else Side(args.data, args.subset, src, tgt, src)
+        self.mono = Side(mono_dir, SUBSET, src, tgt, src) if mono_dir else []
         self.mono_dir = mono_dir
 
     def __len__(self):
@@ -186,8 +232,16 @@ class Inputs:
     def __getitem__(self, i):
         return self.train[i] if i < len(self.train) else self.mono[i - len(self.train)]
 
+    def read(self, start: int, stop: int) -> List[str]:
+        """Sentences ``start`` to ``stop`` - 1 of the training source, then of ``--source``."""
+        n = len(self.train)
+        found = self.train.read(start, min(stop, n)) if start < n else []
+        if stop > n and self.mono:
+            found += self.mono.read(max(start, n) - n, stop - n)
+        return found
 
-def check_sources_not_empty(sources, data: str, subset: str):
+
+def check_sources_not_empty(sources: Iterable[str], data: str, subset: str):
     """Every source sentence (its subword pieces) has a token besides </s>: the fairseq backend
     would invent a hypothesis for an empty one and CTranslate2 return none."""
     empty = [i for i, pieces in enumerate(sources) if not pieces.strip()]
@@ -199,13 +253,18 @@ def check_sources_not_empty(sources, data: str, subset: str):
             f"prepare it again (fsd-prepare-corpus refuses blank lines and lines empty after normalisation)")
 
 
-def check_source_lengths(sources, data: str, subset: str, limit: int, what: str):
+def check_source_lengths(sources: Iterable[str], data: str, subset: str, limit: int, what: str):
     """Every source sentence, with its </s>, fits ``limit`` tokens (``what`` names the limit)."""
-    lengths = [len(pieces.split()) + 1 for pieces in sources]
-    over = [i for i, n in enumerate(lengths) if n > limit]
+    over, first, longest = 0, None, None  # read as they come: nothing held per sentence
+    for i, pieces in enumerate(sources):
+        n = len(pieces.split()) + 1
+        if n > limit:
+            over += 1
+            first = first or (i, n)
+            if longest is None or n > longest[1]:
+                longest = (i, n)
     if over:
-        longest = max(over, key=lambda i: lengths[i])
         raise DistillError(
-            f"{data} ({subset}): sentence {over[0]} has {lengths[over[0]]} source tokens with </s>, more than "
-            f"{what} ({limit}); {len(over)} such sentence(s), the longest {longest} with {lengths[longest]}. "
+            f"{data} ({subset}): sentence {first[0]} has {first[1]} source tokens with </s>, more than "
+            f"{what} ({limit}); {over} such sentence(s), the longest {longest[0]} with {longest[1]}. "
             f"Remove them when preparing the data (fsd-prepare-corpus --max-length) or raise the limit")

@@ -40,9 +40,9 @@ from typing import Optional
 from fairseq_distill.errors import DistillError
 from fairseq_distill.text.segmentation import load_meta
 from fairseq_distill.seqkd.decode import generate_shard, shard_settings
-from fairseq_distill.seqkd.inputs import (Inputs, SeqKDJob, check_options, check_source_lengths,
-                                          check_sources_not_empty, data_langs, decoding_settings, load_side,
-                                          read_teachers, shard_path, sources_digest)
+from fairseq_distill.seqkd.inputs import (Inputs, SeqKDJob, Side, check_options, check_source_lengths,
+                                          check_sources_not_empty, data_langs, decoding_settings, read_teachers,
+                                          shard_path, sources_digest)
 from fairseq_distill.seqkd.merge import merge
 from fairseq_distill.seqkd.output import write_output
 from fairseq_distill.workdir import DirectoryLock, check_output_dir
@@ -149,7 +149,7 @@ def make_locked(args: SeqKDJob) -> Optional[dict]:
     """:func:`make_seqkd_data` once the work directory is locked."""
     meta = load_meta(args.data)
     src, tgt = data_langs(args.data, meta, args)
-    sources = load_side(args.data, args.subset, src, tgt, src)
+    sources = Side(args.data, args.subset, src, tgt, src)  # read when needed, a range at a time
     if len(sources) == 0:
         raise DistillError(f"empty corpus: '{args.subset}' in {args.data} has no sentences")
     if not args.merge:

@@ -45,11 +45,12 @@ def check_selection(method: str, targets: Optional[int] = None):
 
 
 def select_hypotheses(nbest: Sequence[Sequence[str]], references: Sequence[Optional[str]],
-                      method: str, progress=None, workers: Optional[int] = None) -> List[int]:
+                      method: str, progress=None, workers: Optional[int] = None, pool=None) -> List[int]:
     """The index of the chosen hypothesis in each sentence's n-best list (texts detokenised;
     ``references[i]`` None when sentence i has none). ``progress`` (optional) is called with
     the number of sentences done since its last call; ``workers``: processes scoring chrF
-    (default: one per CPU core)."""
+    (default: one per CPU core), or ``pool``: worker processes to score on (:func:`chrf_pool`;
+    a caller selecting chunk after chunk starts them once)."""
     check_selection(method)
     if len(nbest) != len(references):
         raise ValueError(f"{len(nbest)} n-best lists but {len(references)} references")
@@ -63,6 +64,8 @@ def select_hypotheses(nbest: Sequence[Sequence[str]], references: Sequence[Optio
             raise ValueError(f"sentence {i} has an empty n-best list")
     chunks = [(nbest[start:start + CHUNK], references[start:start + CHUNK])
               for start in range(0, len(nbest), CHUNK)]
+    if pool is not None:
+        return collect(pool.imap(best_by_chrf, chunks), progress)
     workers = min(workers or os.cpu_count() or 1, len(chunks))
     if workers > 1 and "fork" in get_all_start_methods():
         with get_context("fork").Pool(workers) as pool:
@@ -72,6 +75,16 @@ def select_hypotheses(nbest: Sequence[Sequence[str]], references: Sequence[Optio
 
 
 CHUNK = 1000  # sentences a worker scores at a time (and the progress step)
+
+
+def chrf_pool(workers: Optional[int] = None):
+    """Worker processes for :func:`select_hypotheses` (default: one per CPU core), or None where
+    one process does (a single core, or no fork): to be closed by the caller. Started before the
+    caller holds much: each forked worker starts with the caller's memory."""
+    workers = workers or os.cpu_count() or 1
+    if workers > 1 and "fork" in get_all_start_methods():
+        return get_context("fork").Pool(workers)
+    return None
 
 
 def worker_count(workers: Optional[int], chunks: Optional[int]) -> int:

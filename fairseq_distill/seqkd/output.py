@@ -31,12 +31,15 @@ def staging_root(out: str) -> str:
     return os.path.normpath(out) + ".partial"
 
 
-def made_from(args) -> dict:
+def made_from(args) -> Optional[dict]:
     """What the merged data depend on: the shard files (by content), ``--data`` (by content) and
-    the options the merge applies."""
+    the options the merge applies; None while a shard is missing (the merge names it)."""
+    paths = [shard_path(args.work, shard_id, args.num_shards) for shard_id in range(args.num_shards)]
+    if not all(os.path.isfile(path) for path in paths):
+        return None
     h = hashlib.sha256()
-    for shard_id in range(args.num_shards):
-        with open(shard_path(args.work, shard_id, args.num_shards), "rb") as f:
+    for path in paths:
+        with open(path, "rb") as f:
             first = f.readline()
             try:  # a header's settings count, its timings do not
                 header = json.loads(first)
@@ -107,7 +110,7 @@ def merge_locked(args, out: str, root: str, build: Callable[[str], dict], extra:
     recover(out, root)
     inputs = made_from(args)
     summary = read_json(out, SUMMARY_FILE)
-    if summary is not None and read_json(out, MADE_FROM_FILE) == inputs:
+    if summary is not None and inputs is not None and read_json(out, MADE_FROM_FILE) == inputs:
         print(f"[seqkd] {out} is already the merge of these shards, data and options; nothing rewritten")
         return summary
     new = os.path.join(root, "new")

@@ -196,6 +196,8 @@ def run(args):
                 raise SystemExit(f"[scale] {tool} at {size:,} failed (exit {row['exit_code']}); log {log}")
             row.update(tool=tool, pairs=size, workers=args.workers, cpus=len(affinity), **row_facts(tool, args.work,
                                                                                                  size))
+            # read again before writing: another run of this script may have added rows meanwhile
+            results = load(path)
             results["rows"] = [r for r in results["rows"] if not (r["tool"] == tool and r["pairs"] == size)] + [row]
             save(path, results)
             print(f"[scale] {tool} at {size:,}: {row['seconds']:.0f}s, peak RSS {row['peak_rss_bytes'] / GIB:.2f} GiB, "

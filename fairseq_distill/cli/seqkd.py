@@ -141,9 +141,9 @@ def build_parser():
 def main(argv=None):
     job = SeqKDJob(**vars(build_parser().parse_args(argv)))
     run_cli("seqkd", lambda: make_seqkd_data(job),
-            on_interrupt="the shards finished so far, and the MBR rankings made so far, are kept in the work "
-                         "directory (--work, default OUT.work); run the same command again to decode and rank "
-                         "only the rest and merge")
+            on_interrupt="the shards finished so far, the MBR rankings made so far and how far the merge went "
+                         "are kept in the work directory (--work, default OUT.work); run the same command again "
+                         "to decode, rank and merge only the rest")
 
 
 if __name__ == "__main__":

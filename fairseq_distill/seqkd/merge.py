@@ -11,12 +11,14 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from typing import Optional
 
 
 from fairseq_distill.data_bin import directory_digest
 from fairseq_distill.errors import DistillError
+from fairseq_distill.progress import Progress
 from fairseq_distill.seqkd.inputs import Inputs, count_side, sources_digest
 from fairseq_distill.seqkd.merge_walk import EXTERNAL_BACKEND, WORK_PAIRS, walk
 from fairseq_distill.seqkd.shard_index import index_shards
@@ -133,7 +135,7 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None, dest: Optional[str] =
             f"for training sentences (and leave such --source lines out)")
 
     os.makedirs(dest, exist_ok=True)
-    binarize(args, src, tgt, dest, tally.kept)
+    binarize(args, src, tgt, dest, tally.kept, tally.source_tokens + tally.hypothesis_tokens + 2 * tally.kept)
     copy_other_splits(args.data, dest, n_train=tally.kept, source=args.source)
     if pairs:
         shutil.copyfile(os.path.join(args.work, WORK_PAIRS), os.path.join(dest, PAIRS_FILE))
@@ -163,20 +165,28 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None, dest: Optional[str] =
     return summary
 
 
-def binarize(args, src: str, tgt: str, dest: str, pairs: int):
+def binarize(args, src: str, tgt: str, dest: str, pairs: int, tokens: Optional[int] = None):
     """fairseq-preprocess on the walk's texts (WORK/seqkd.SRC, .TGT) into ``dest``, with the
-    data's dictionaries; the binarized train split must hold exactly ``pairs`` pairs."""
+    data's dictionaries; the binarized train split must hold exactly ``pairs`` pairs. ``tokens``
+    (both sides', </s> included) lets its progress be reported from the .bin files' growth."""
     text_prefix = os.path.join(args.work, "seqkd")
     log_path = os.path.join(args.work, "preprocess.log")  # its options and counts, not the terminal's
     print(f"[seqkd] binarizing {pairs:,} pairs with fairseq-preprocess (its log: {log_path})")
-    with open(log_path, "w", encoding="utf-8") as log:
-        code = subprocess.run([
-            sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
-            "--trainpref", text_prefix, "--destdir", dest,
-            "--srcdict", os.path.join(args.data, f"dict.{src}.txt"),
-            "--tgtdict", os.path.join(args.data, f"dict.{tgt}.txt"),
-            "--workers", "1",
-        ], stdout=log, stderr=subprocess.STDOUT).returncode
+    finished = threading.Event()
+    watch = threading.Thread(target=watch_binarizing, args=(dest, src, tgt, tokens, finished), daemon=True)
+    watch.start()
+    try:
+        with open(log_path, "w", encoding="utf-8") as log:
+            code = subprocess.run([
+                sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
+                "--trainpref", text_prefix, "--destdir", dest,
+                "--srcdict", os.path.join(args.data, f"dict.{src}.txt"),
+                "--tgtdict", os.path.join(args.data, f"dict.{tgt}.txt"),
+                "--workers", "1",
+            ], stdout=log, stderr=subprocess.STDOUT).returncode
+    finally:
+        finished.set()
+        watch.join()
     if code:
         raise DistillError(f"fairseq-preprocess failed (exit status {code}) binarizing the seq-KD data; "
                            f"its log: {log_path}")
@@ -184,6 +194,18 @@ def binarize(args, src: str, tgt: str, dest: str, pairs: int):
     written = count_side(dest, "train", src, tgt, tgt)
     if written != pairs:
         raise DistillError(f"binarized {written} pairs but wrote {pairs}")
+
+
+def watch_binarizing(dest: str, src: str, tgt: str, tokens: Optional[int], finished: threading.Event):
+    """Progress lines while fairseq-preprocess runs (it prints none): the .bin files it writes
+    against the bytes they will hold (2 bytes a token: the dictionaries are below 65,500 types)."""
+    if not tokens:
+        return
+    bins = [os.path.join(dest, f"train.{src}-{tgt}.{lang}.bin") for lang in (src, tgt)]
+    progress = Progress("seqkd", "binarizing", total=max(1, 2 * tokens >> 20), unit="MB")
+    while not finished.wait(5):
+        written = sum(os.path.getsize(b) for b in bins if os.path.exists(b)) >> 20
+        progress.update(written - progress.done)
 
 
 def copy_other_splits(data, out, n_train, source=None):

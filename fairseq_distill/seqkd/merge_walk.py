@@ -46,6 +46,7 @@ class Tally:
     fewer_targets: int = 0
     at_limit: int = 0
     hypothesis_tokens: int = 0
+    source_tokens: int = 0  # of the pairs kept
 
 
 def text_paths(args, src: str, tgt: str, pairs: bool) -> Dict[str, str]:
@@ -164,9 +165,10 @@ def walk(args, src: str, tgt: str, index, inputs: Inputs, settings: dict, key: d
                 # each sentence's targets as (hypothesis index, text); -1: the reference (--on-missing reference)
                 targets = ([(-1, refs[i - start])] if i < n else []) if missing else list(zip(chosen[i], hyps))
                 source = sources[i - start]
+                source_words = len(source.split())
                 for k, target in targets:
                     words = len(target.split())
-                    if r and not 1 / r <= words / max(len(source.split()), 1) <= r:
+                    if r and not 1 / r <= words / max(source_words, 1) <= r:
                         tally.filtered += 1
                         continue
                     out["src"].append(source + "\n")
@@ -175,9 +177,10 @@ def walk(args, src: str, tgt: str, index, inputs: Inputs, settings: dict, key: d
                         out["pairs"].append(f"{tally.kept}\t{i}\t{k}\n")
                     tally.kept += 1
                     tally.hypothesis_tokens += words
+                    tally.source_tokens += source_words
                     tally.monolingual_added += i >= n
                     if not external and not missing:
-                        tally.at_limit += words >= int(len_a * (len(source.split()) + 1) + len_b)
+                        tally.at_limit += words >= int(len_a * (source_words + 1) + len_b)
             for name, f in files.items():
                 f.write("".join(out[name]).encode("utf-8"))
                 f.flush()

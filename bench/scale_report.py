@@ -125,7 +125,7 @@ def plot(results: dict, path: str):
         ax.set_ylabel(what)
         ax.grid(True, which="both", alpha=0.3)
     ax_rss.axhline(2, color="grey", linestyle="--", linewidth=1)
-    ax_time.legend(fontsize=7, loc="upper left")
+    ax_time.legend(fontsize=7, loc="lower right")
     fig.suptitle("The data tools at WMT size (one core)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.seqkd.merge import EXTERNAL_BACKEND as BACKEND  # the shards' record of how they were decoded
@@ -179,8 +179,46 @@ class ExternalTeacher:
         return result
 
 
-def raw_training_source(args, sources: List[str]) -> List[str]:
-    """The raw text of the training source the teacher translates (see the module docstring)."""
+class RawSource:
+    """The raw text the teacher translates (see the module docstring): the training source, then
+    the lines of ``--source`` (``mono``, their count ``mono_lines``), read a window at a time
+    (:meth:`windows`) so that no list of every line is held. Made by :func:`raw_training_source`,
+    which checks the training source first."""
+
+    def __init__(self, args, sources, segmenter: Segmenter, mono: Optional[str] = None, mono_lines: int = 0):
+        self.args, self.sources, self.segmenter = args, sources, segmenter
+        self.mono, self.mono_lines = mono, mono_lines
+
+    def __len__(self):
+        return len(self.sources) + self.mono_lines
+
+    def training_texts(self) -> Iterator[str]:
+        if self.args.raw_train_source:
+            from fairseq_distill.text.files import iter_lines
+
+            return (" ".join(line.split()) for line in iter_lines(self.args.raw_train_source,
+                                                                  what="--raw-train-source "))
+        return (self.segmenter.decode(pieces.split()) for pieces in self.sources)
+
+    def windows(self, size: int) -> Iterator[Tuple[int, List[str]]]:
+        """(first id, texts) of consecutive windows of at most ``size`` sentences, in corpus order."""
+        from fairseq_distill.streaming import chunks
+        from fairseq_distill.text.files import iter_lines
+        from fairseq_distill.text.segmentation import normalize_whitespace
+
+        start = 0
+        parts = [self.training_texts()]
+        if self.mono:
+            parts.append(normalize_whitespace(line) for line in iter_lines(self.mono, what="--source "))
+        for part in parts:
+            for window in chunks(part, size):
+                yield start, window
+                start += len(window)
+
+
+def raw_training_source(args, sources) -> RawSource:
+    """The raw text of the training source the teacher translates (see the module docstring),
+    checked against the binarized one a window of lines at a time."""
     if load_meta(args.data) is None:
         raise DistillError(f"--teacher-ctranslate2 translates raw text and its output is segmented with the "
                            f"corpus's subword model, but {args.data} has no fairseq_distill.json: prepare the data "
@@ -190,55 +228,82 @@ def raw_training_source(args, sources: List[str]) -> List[str]:
         from fairseq.data import Dictionary
 
         from fairseq_distill.seqkd.inputs import data_langs
-        from fairseq_distill.text.files import read_lines
+        from fairseq_distill.streaming import chunks
+        from fairseq_distill.text.files import iter_lines
 
-        lines = read_lines(args.raw_train_source, what="--raw-train-source ")
-        if len(lines) != len(sources):
-            raise DistillError(f"--raw-train-source {args.raw_train_source} has {len(lines):,} lines; the "
+        count = sum(1 for _ in iter_lines(args.raw_train_source, what="--raw-train-source "))
+        if count != len(sources):
+            raise DistillError(f"--raw-train-source {args.raw_train_source} has {count:,} lines; the "
                                f"'{args.subset}' set of {args.data} has {len(sources):,} sentences: one line per "
                                f"sentence, in corpus order")
         src, _ = data_langs(args.data, load_meta(args.data), args)
         dictionary = Dictionary.load(os.path.join(args.data, f"dict.{src}.txt"))
-        for number, (line, pieces) in enumerate(zip(segmenter.encode_lines(lines), sources), 1):
-            seen = " ".join(p if dictionary.index(p) != dictionary.unk() else dictionary.unk_word for p in line.split())
-            if seen != pieces:
-                raise DistillError(f"--raw-train-source {args.raw_train_source}: line {number} is not training "
-                                   f"sentence {number - 1} of {args.data} (segmented: {seen[:80]!r}; binarized: "
-                                   f"{pieces[:80]!r}); give the raw source the data was prepared from")
-        return [" ".join(line.split()) for line in lines]
-    unknown = [i for i, pieces in enumerate(sources) if "<unk>" in pieces.split()]
+        lines = iter_lines(args.raw_train_source, what="--raw-train-source ")
+        number = 0
+        for window in chunks(lines, WINDOW):
+            for line, pieces in zip(segmenter.encode_lines(window), sources.read(number, number + len(window))):
+                number += 1
+                seen = " ".join(p if dictionary.index(p) != dictionary.unk() else dictionary.unk_word
+                                for p in line.split())
+                if seen != pieces:
+                    raise DistillError(f"--raw-train-source {args.raw_train_source}: line {number} is not training "
+                                       f"sentence {number - 1} of {args.data} (segmented: {seen[:80]!r}; binarized: "
+                                       f"{pieces[:80]!r}); give the raw source the data was prepared from")
+        return RawSource(args, sources, segmenter)
+    unknown, first = 0, None
+    for i, pieces in enumerate(sources):
+        if "<unk>" in pieces.split():
+            unknown += 1
+            first = i if first is None else first
     if unknown:
-        raise DistillError(f"{len(unknown):,} sentences of the '{args.subset}' set of {args.data} hold <unk> (first id "
-                           f"{unknown[0]}), so "
+        raise DistillError(f"{unknown:,} sentences of the '{args.subset}' set of {args.data} hold <unk> (first id "
+                           f"{first}), so "
                            f"their raw text cannot be read back from the binarized data: pass --raw-train-source "
                            f"FILE, the raw source the data was prepared from")
-    return [segmenter.decode(pieces.split()) for pieces in sources]
+    return RawSource(args, sources, segmenter)
 
 
-def external_shard(args, teacher: ExternalTeacher, texts: List[str], settings: dict):
-    """Translate shard ``args.shard_id`` (sentence i is in shard i mod N) and write its file."""
+WINDOW = 100_000  # sentences read, translated and segmented at a time
+
+
+def external_shard(args, teacher: ExternalTeacher, raw: RawSource, settings: dict):
+    """Translate shard ``args.shard_id`` (sentence i is in shard i mod N), a window of the corpus at
+    a time, and write its file."""
     from fairseq_distill.evaluation.generate import progress_bar
-    from fairseq_distill.seqkd.decode import shard_records, write_shard
+    from fairseq_distill.seqkd.shard_writer import ShardWriter
 
-    ids = range(args.shard_id, len(texts), args.num_shards)
-    bar = progress_bar(len(ids), f"teacher shard {args.shard_id}/{args.num_shards} (ctranslate2 model)")
+    bar = progress_bar(len(range(args.shard_id, len(raw), args.num_shards)),
+                       f"teacher shard {args.shard_id}/{args.num_shards} (ctranslate2 model)")
+    writer = ShardWriter(args.work, args.shard_id, args.num_shards, args.nbest)
+    totals = ExternalResult()
+    segment_seconds, segmenter = 0.0, Segmenter.from_dir(args.data)
     try:
-        result = teacher.translate({i: texts[i] for i in ids}, progress=bar.update)
+        for start, texts in raw.windows(WINDOW):
+            mine = {i: texts[i - start] for i in range(start, start + len(texts)) if i % args.num_shards == args.shard_id}
+            result = teacher.translate(mine, progress=bar.update)
+            totals.at_length_limit += result.at_length_limit
+            totals.decode_seconds += result.decode_seconds
+            totals.tokenize_seconds += result.tokenize_seconds
+            totals.detokenize_seconds += result.detokenize_seconds
+            started = time.perf_counter()
+            flat = [(sid, text) for sid, hyps in sorted(result.nbest.items()) for text in hyps]
+            pieces: Dict[int, List[str]] = {sid: [] for sid in result.nbest}
+            for (sid, _), p in zip(flat, segmenter.encode_lines([t for _, t in flat])):
+                pieces[sid].append(p)
+            for sid in sorted(pieces):
+                writer.add(sid, pieces[sid])
+            segment_seconds += time.perf_counter() - started
+    except BaseException:
+        writer.discard()
+        raise
     finally:
         bar.close()
-    started = time.perf_counter()
-    segmenter = Segmenter.from_dir(args.data)
-    flat = [(sid, k, text) for sid, hyps in sorted(result.nbest.items()) for k, text in enumerate(hyps)]
-    pieces = segmenter.encode_lines([text for _, _, text in flat])
-    nbest: Dict[int, List[str]] = {sid: [] for sid in result.nbest}
-    for (sid, _, _), p in zip(flat, pieces):
-        nbest[sid].append(p)
-    segment_seconds = time.perf_counter() - started
-    stats = {"sentences": len(nbest), "decode_seconds": round(result.decode_seconds, 1),
+    result = totals
+    stats = {"sentences": writer.count, "decode_seconds": round(result.decode_seconds, 1),
              "at_length_limit": result.at_length_limit, "tokenize_seconds": round(result.tokenize_seconds, 2),
              "detokenize_seconds": round(result.detokenize_seconds, 2), "segment_seconds": round(segment_seconds, 2)}
-    out = write_shard(args.work, args.shard_id, args.num_shards, settings, stats, shard_records(nbest, args.nbest))
-    print(f"[seqkd] shard {args.shard_id}/{args.num_shards} (ctranslate2 model): {len(nbest):,} sentences in "
+    out = writer.finish(settings, stats)
+    print(f"[seqkd] shard {args.shard_id}/{args.num_shards} (ctranslate2 model): {writer.count:,} sentences in "
           f"{result.decode_seconds:.0f}s (tokenizing {result.tokenize_seconds:.1f}s, detokenizing "
           f"{result.detokenize_seconds:.1f}s, segmenting {segment_seconds:.1f}s) -> {out}")
     if result.at_length_limit:

@@ -87,20 +87,19 @@ def external_teacher(args: SeqKDJob, src: str, tgt: str, sources):
     """A pretrained CTranslate2 model (:mod:`fairseq_distill.seqkd.external`): as :func:`fairseq_teacher`."""
     from fairseq_distill.seqkd.external import ExternalTeacher, external_shard, raw_training_source
     from fairseq_distill.seqkd.monolingual import describe_source, prepare_source
-    from fairseq_distill.text.files import read_lines
-    from fairseq_distill.text.segmentation import normalize_whitespace
 
-    texts = raw_training_source(args, sources)
+    raw = raw_training_source(args, sources)
     teacher = ExternalTeacher(args)
     mono_info = mono_dir = None
     if args.source:
         mono_info = describe_source(args.source)
         mono_dir = prepare_source(args.source, args.data, src, tgt, args.work, None, mono_info)
-        texts += [normalize_whitespace(line) for line in read_lines(args.source, what="--source ")]
     inputs = Inputs(args, src, tgt, mono_dir, train=sources)
+    if args.source:  # its lines reach the teacher as they are, read a window at a time too
+        raw.mono, raw.mono_lines = args.source, len(inputs.mono)
     settings = {**teacher.settings(), "raw_train_source": describe_source(args.raw_train_source)
                 if args.raw_train_source else "desegmented", "source": mono_info}
-    return inputs, settings, lambda: external_shard(args, teacher, texts, settings)
+    return inputs, settings, lambda: external_shard(args, teacher, raw, settings)
 
 
 def decode_shards(args: SeqKDJob, settings: dict, generate) -> Optional[float]:

@@ -10,7 +10,8 @@ An empty (or whitespace-only) line is an error naming its line number: it would 
 empty source sentence, and skipping it silently would make the line numbers of FILE and
 the pairs disagree. So is a line longer than the teacher accepts.
 
-The binarized lines live in ``WORK/monolingual`` with a record of the file they came from
+The file is read, checked and segmented a window of lines at a time, so its size does not bound
+memory. The binarized lines live in ``WORK/monolingual`` with a record of the file they came from
 (name, size, SHA-256, line count); a rerun with the same file reuses
 them, another file replaces them. They are written to a temporary directory and renamed
 into place, so shards started side by side never read half-written data.
@@ -21,11 +22,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Optional
+from typing import Callable, List, Optional
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.text.segmentation import Segmenter, load_meta
-from fairseq_distill.text.files import blank_line_numbers, file_sha256, first_few, read_lines
+from fairseq_distill.streaming import chunks
+from fairseq_distill.text.files import blank_line_numbers, file_sha256, first_few, iter_lines
 
 MONO_DIR = "monolingual"
 INFO_FILE = "source.json"
@@ -49,34 +51,62 @@ def made_from(directory: str) -> Optional[str]:
         return json.load(f).get("sha256")
 
 
-def read_source(path: str, data_bin: str, max_positions: Optional[int] = None):
-    """The lines of ``path`` as space-joined subword pieces, checked."""
-    lines = read_lines(path, what="--source ", offers_replace=False)
-    if not lines:
+WINDOW = 10_000  # lines read and segmented at a time
+
+
+def segment_source(path: str, data_bin: str, write: Callable[[List[str]], None],
+                   max_positions: Optional[int] = None) -> int:
+    """The lines of ``path`` as space-joined subword pieces, handed to ``write`` a window at a
+    time, checked (every line read first; then the first problem of the first kind refused:
+    an empty line, one emptied by the subword model, one longer than the teacher accepts);
+    returns the number of lines."""
+    lines = iter_lines(path, what="--source ", offers_replace=False)
+    segmenter = Segmenter.from_dir(data_bin) if load_meta(data_bin) is not None else None
+    count, blanks, emptied_count, too_long_count = 0, 0, 0, 0
+    blank, emptied, too_long = [], None, None  # the first 11 blank lines' numbers; the first of the others
+    for window in chunks(lines, WINDOW):
+        found = [count + k for k in blank_line_numbers(window)]
+        blanks += len(found)
+        blank += found[:11 - len(blank)]
+        if segmenter is not None and not blanks:
+            pieces = segmenter.encode_lines(window)
+            for k, p in enumerate(pieces):
+                if not p.strip():
+                    emptied_count += 1
+                    emptied = emptied or (count + k + 1, window[k])
+                elif max_positions and len(p.split()) + 1 > max_positions:
+                    too_long_count += 1
+                    too_long = too_long or (count + k + 1, len(p.split()))
+            if not emptied_count and not too_long_count:
+                write(pieces)
+        count += len(window)
+    if not count:
         raise DistillError(f"--source {path} has no lines")
-    empty = blank_line_numbers(lines)
-    if empty:
-        listed = first_few(empty)
+    if blanks:
         raise DistillError(
-            f"--source {path}: line {empty[0]} is empty after normalisation ({len(empty)} empty line(s): "
-            f"{listed}); every line must hold one sentence for the teacher to translate: remove the empty "
-            f"lines (and those of only whitespace, control or zero-width characters)")
-    if load_meta(data_bin) is None:
+            f"--source {path}: line {blank[0]} is empty after normalisation ({blanks} empty line(s): "
+            f"{first_few(blank)}); every line must hold one sentence for "
+            f"the teacher to translate: remove the empty lines (and those of only whitespace, control or zero-width "
+            f"characters)")
+    if segmenter is None:
         raise DistillError(f"--source needs the subword model the data was prepared with, but {data_bin} "
                            f"has no fairseq_distill.json (prepare the data with fsd-prepare-corpus)")
-    pieces = Segmenter.from_dir(data_bin).encode_lines(lines)
-    emptied = [i + 1 for i, p in enumerate(pieces) if not p.strip()]
     if emptied:
-        raise DistillError(f"--source {path}: line {emptied[0]} ({lines[emptied[0] - 1]!r}) is empty after "
-                           f"normalisation by the corpus's subword model ({len(emptied)} such line(s)); every "
+        raise DistillError(f"--source {path}: line {emptied[0]} ({emptied[1]!r}) is empty after "
+                           f"normalisation by the corpus's subword model ({emptied_count} such line(s)); every "
                            f"line must hold one sentence for the teacher to translate: remove them")
-    if max_positions:
-        too_long = [i + 1 for i, p in enumerate(pieces) if len(p.split()) + 1 > max_positions]
-        if too_long:
-            n = len(pieces[too_long[0] - 1].split())
-            raise DistillError(
-                f"--source {path}: line {too_long[0]} has {n} subword tokens, more than the teacher "
-                f"accepts ({max_positions - 1}; {len(too_long)} such line(s)): split or remove them")
+    if too_long:
+        raise DistillError(
+            f"--source {path}: line {too_long[0]} has {too_long[1]} subword tokens, more than the teacher "
+            f"accepts ({max_positions - 1}; {too_long_count} such line(s)): split or remove them")
+    return count
+
+
+def read_source(path: str, data_bin: str, max_positions: Optional[int] = None) -> List[str]:
+    """The lines of ``path`` as space-joined subword pieces, checked (:func:`segment_source`): for
+    a small file."""
+    pieces = []
+    segment_source(path, data_bin, pieces.extend, max_positions)
     return pieces
 
 
@@ -88,13 +118,13 @@ def prepare_source(path: str, data_bin: str, src: str, tgt: str, work: str,
     final = os.path.join(work, MONO_DIR)
     if made_from(final) == info["sha256"]:
         return final
-    pieces = read_source(path, data_bin, max_positions)
     os.makedirs(work, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".monolingual-", dir=work)
     try:
         text = os.path.join(tmp, "segmented")
         with open(f"{text}.{src}", "w", encoding="utf-8", newline="\n") as f:
-            f.writelines(p + "\n" for p in pieces)
+            lines = segment_source(path, data_bin, lambda pieces: f.writelines(p + "\n" for p in pieces),
+                                   max_positions)
         subprocess.run([
             sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
             "--only-source", "--trainpref", text, "--destdir", tmp,
@@ -105,11 +135,11 @@ def prepare_source(path: str, data_bin: str, src: str, tgt: str, work: str,
         from fairseq.data import data_utils
 
         dataset = data_utils.load_indexed_dataset(os.path.join(tmp, f"{SUBSET}.{src}-{tgt}.{src}"), None)
-        if dataset is None or len(dataset) != len(pieces):
+        if dataset is None or len(dataset) != lines:
             raise DistillError(f"binarizing --source {path} gave {0 if dataset is None else len(dataset)} "
-                               f"sentences for {len(pieces)} lines")
+                               f"sentences for {lines} lines")
         with open(os.path.join(tmp, INFO_FILE), "w", encoding="utf-8") as f:
-            json.dump({**info, "lines": len(pieces)}, f, indent=2)
+            json.dump({**info, "lines": lines}, f, indent=2)
         if made_from(final) == info["sha256"]:
             return final  # another shard finished first
         if os.path.isdir(final):
@@ -118,5 +148,5 @@ def prepare_source(path: str, data_bin: str, src: str, tgt: str, work: str,
     finally:
         if os.path.isdir(tmp):
             shutil.rmtree(tmp)
-    print(f"[seqkd] --source {path}: {len(pieces):,} lines segmented and binarized in {final}")
+    print(f"[seqkd] --source {path}: {lines:,} lines segmented and binarized in {final}")
     return final

@@ -202,9 +202,9 @@ def watch_binarizing(dest: str, src: str, tgt: str, tokens: Optional[int], finis
     if not tokens:
         return
     bins = [os.path.join(dest, f"train.{src}-{tgt}.{lang}.bin") for lang in (src, tgt)]
-    progress = Progress("seqkd", "binarizing", total=max(1, 2 * tokens >> 20), unit="MB")
+    progress = Progress("seqkd", "binarizing", total=max(1, 2 * tokens >> 10), unit="kB")
     while not finished.wait(5):
-        written = sum(os.path.getsize(b) for b in bins if os.path.exists(b)) >> 20
+        written = sum(os.path.getsize(b) for b in bins if os.path.exists(b)) >> 10
         progress.update(written - progress.done)
 
 

@@ -61,9 +61,21 @@ def cache_merge(root, n):
                  "3", "--merge"], root, f"cache-{n}", [out])
 
 
+def seqkd_merge(root, n):
+    """fsd-seqkd's merge of 4-best shards written as decoding writes them (bench/scale_seqkd.py):
+    indexing the shards, walking the corpus in chunks, binarizing. --select first: chrF's scoring
+    (per chunk, the same walk) would take minutes here; its memory is a chunk's either way."""
+    from scale_seqkd import write_shards
+
+    data, work, out = root / f"data-{n}" / "bin", root / f"seqkd-{n}.work", root / f"seqkd-{n}"
+    write_shards(str(data), str(work), num_shards=3, nbest=4)
+    return peak([os.path.join(BIN, "fsd-seqkd"), "--data", str(data), "--work", str(work), "--num-shards", "3",
+                 "--merge", "--out", str(out), "--select", "first"], root, f"seqkd-{n}", [out, work])
+
+
 def test_the_data_tools_memory_does_not_grow_with_the_corpus(corpora):
     peaks = {}
-    for tool in (clean, prepare, cache_merge):
+    for tool in (clean, prepare, cache_merge, seqkd_merge):
         peaks[tool.__name__] = [tool(corpora, n) for n in SIZES]
     grown = {name: round(big / small, 2) for name, (small, big) in peaks.items() if big > GROWTH * small}
     assert not grown, f"peak memory grew with the corpus (200k against 20k pairs): {grown}; all: {peaks}"

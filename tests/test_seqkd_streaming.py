@@ -3,7 +3,6 @@ walking the corpus a chunk at a time (and resuming), the binarized sides read a 
 The merges here run in-process with fairseq-preprocess left out: what is compared is what the
 walk writes for it, and the summary."""
 import io
-import json
 import math
 import os
 import random

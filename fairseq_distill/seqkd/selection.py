@@ -78,10 +78,9 @@ CHUNK = 1000  # sentences a worker scores at a time (and the progress step)
 
 
 def chrf_pool(workers: Optional[int] = None):
-    """Worker processes for :func:`select_hypotheses` (default: one per CPU core), or None where
-    one process does (a single core, or no fork): to be closed by the caller. Started before the
-    caller holds much: each forked worker starts with the caller's memory."""
-    workers = workers or os.cpu_count() or 1
+    """Worker processes for :func:`select_hypotheses` (default: one per CPU this process may run
+    on), or None where one process does (a single core, or no fork): to be closed by the caller."""
+    workers = worker_count(workers, None)
     if workers > 1 and "fork" in get_all_start_methods():
         return get_context("fork").Pool(workers)
     return None

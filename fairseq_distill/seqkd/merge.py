@@ -134,6 +134,8 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None, dest: Optional[str] =
             f"{'; '.join(what)}; {remedy}, or pass --on-missing reference to keep the original reference "
             f"for training sentences (and leave such --source lines out)")
 
+    # given back before fairseq-preprocess runs beside this process: the walk no longer needs them
+    index.shard_of = index.offset_of = rankings = None
     os.makedirs(dest, exist_ok=True)
     binarize(args, src, tgt, dest, tally.kept, tally.source_tokens + tally.hypothesis_tokens + 2 * tally.kept)
     copy_other_splits(args.data, dest, n_train=tally.kept, source=args.source)

@@ -18,6 +18,8 @@ Tools:
   train-startup  fairseq-train of a tiny student reading that merged cache, to its first update
   translate  fsd-translate (CTranslate2, greedy) of the training source with the tiny teacher
   seqkd, seqkd-nbest  fsd-seqkd (CTranslate2) 1-best; 4-best with chrF selection, 2 shards and the merge
+  seqkd-merge, seqkd-merge-nbest  fsd-seqkd --merge of 2 synthetic decoding shards (bench/scale_seqkd.py),
+           1-best lists, and 4-best lists with chrF selection: the merge alone, at any size
 Run it on an otherwise idle machine (or pinned to a free core with taskset): timings under load
 mislead.
 """
@@ -38,7 +40,8 @@ from scale_measure import measure  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 TOOLS = ("clean", "prepare", "cache", "cache-sharded", "cache-merge", "train-startup", "translate", "seqkd",
-         "seqkd-nbest")
+         "seqkd-nbest", "seqkd-merge", "seqkd-merge-nbest")
+SEQKD_SHARDS = 2  # synthetic decoding shards the seq-KD merge rows read
 # a tiny teacher (d = 32, one update: its output is not the point) so that what is measured is the
 # tools' own work and the smallest model's compute
 TEACHER = ["--arch", "transformer", "--share-all-embeddings", "--encoder-layers", "1", "--decoder-layers", "1",
@@ -97,6 +100,11 @@ def commands(tool, work, size, workers):
     if tool == "seqkd-nbest":
         out = os.path.join(work, f"seqkdn-{size}")
         return seqkd + ["--nbest", "4", "--select", "chrf", "--num-shards", "2", "--out", out], [out, out + ".work"]
+    if tool in ("seqkd-merge", "seqkd-merge-nbest"):
+        out = os.path.join(work, f"{tool}-{size}")
+        select = ["--select", "chrf"] if tool == "seqkd-merge-nbest" else []
+        return ([os.path.join(BIN, "fsd-seqkd"), "--data", data, "--work", out + ".work", "--num-shards",
+                 str(SEQKD_SHARDS), "--merge", "--out", out, *select], [out, os.path.join(out + ".work", "seqkd_merge.json")])
     raise ValueError(tool)
 
 
@@ -140,6 +148,12 @@ def setup(tool, work, size):
         out = os.path.join(work, f"cachesyn-{size}")
         if not os.path.isdir(os.path.join(out, "shards")):
             write_shards(data, out, num_shards=4, top_k=8)
+    if tool in ("seqkd-merge", "seqkd-merge-nbest"):
+        from scale_seqkd import write_shards as write_seqkd_shards
+
+        shards = os.path.join(work, f"{tool}-{size}.work")
+        if not os.path.isdir(shards):
+            write_seqkd_shards(data, shards, num_shards=SEQKD_SHARDS, nbest=4 if tool == "seqkd-merge-nbest" else 1)
 
 
 def cpu_model():

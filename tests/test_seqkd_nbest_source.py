@@ -222,3 +222,21 @@ def test_selection_split_over_workers_chooses_as_one_process():
     two = select_hypotheses(nbest, refs, "chrf", progress=done.append, workers=2)
     assert one == two and len(one) == n and sum(done) == n
     assert all(one[i] == 0 for i in range(0, n, 5)) and any(one)
+
+
+def test_chrf_selection_of_many_lists_scores_as_sacrebleu_and_keeps_the_earlier_on_a_tie():
+    """The batched reference chrF gives each hypothesis sacreBLEU's sentence_score, list by list,
+    whatever the lists' sizes, and the choice is the first hypothesis of highest score."""
+    from sacrebleu.metrics import CHRF
+
+    from fairseq_distill.seqkd.selection import best_by_chrf, reference_chrf
+
+    nbest = [["a cat sat", "the cat sat", "the cat sat"], ["ein Hund", "Ein Hund läuft.", "", "ein Hund läuft"],
+             ["x"], ["same", "same"]]
+    refs = ["the cat sat .", "Ein Hund läuft.", "x", "other"]
+    expected = [[CHRF().sentence_score(h, [r]).score for h in hyps] for hyps, r in zip(nbest, refs)]
+    assert reference_chrf(nbest, refs) == expected
+    # list 0: the two equal best keep the earlier (index 1); list 1: the exact reference; list 2
+    # has one hypothesis; list 3 ties (equal texts): the first
+    assert best_by_chrf((nbest, refs)) == [1, 1, 0, 0]
+    assert best_by_chrf((nbest, [None] * 4)) == [0, 0, 0, 0]

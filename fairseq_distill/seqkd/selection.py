@@ -17,9 +17,10 @@ as characters.
 A tie keeps the earlier, higher-ranked hypothesis. Under ``chrf`` a sentence without a reference
 (a line of monolingual source) keeps its 1-best; ``mbr`` treats every sentence alike.
 
-Speed: the selection dominated the merge of n-best shards, because ``sentence_score`` extracts
-the reference's n-grams again for every hypothesis. The reference is analysed once per sentence
-here (through sacreBLEU's own statistics, so the scores are ``sentence_score``'s exactly), and
+Speed: the selection dominates the merge of n-best shards. ``sentence_score`` extracts the
+reference's n-grams again for every hypothesis; here every text's character n-grams are counted
+once, for a batch of sentences at a time, with MBR's arithmetic (:mod:`fairseq_distill.seqkd.mbr`,
+the reference taken as one more candidate, so the scores are ``sentence_score``'s exactly), and
 the sentences are split over worker processes.
 """
 import os
@@ -131,32 +132,29 @@ def collect(results, progress) -> list:
     return chosen
 
 
-def chrf_scores(hyps: Sequence[str], ref: str, chrf=None) -> List[float]:
-    """``CHRF().sentence_score(h, [ref]).score`` for each h, with the reference analysed once
-    (``chrf``: a sacreBLEU ``CHRF()`` to reuse across sentences)."""
-    if chrf is None:
-        from sacrebleu.metrics import CHRF
+def chrf_scores(hyps: Sequence[str], ref: str) -> List[float]:
+    """``CHRF().sentence_score(h, [ref]).score`` for each h."""
+    return reference_chrf([hyps], [ref])[0]
 
-        chrf = CHRF()
-    try:
-        cached = chrf._cache_references([[ref]])[0]
-        return [chrf._compute_score_from_stats(
-            chrf._compute_segment_statistics(chrf._preprocess_segment(h), cached)).score for h in hyps]
-    except AttributeError:  # a sacreBLEU whose internals differ: its public (slower) way
-        return [chrf.sentence_score(h, [ref]).score for h in hyps]
+
+def reference_chrf(nbest: Sequence[Sequence[str]], references: Sequence[str]) -> List[List[float]]:
+    """Each list's sentence chrF against its reference: the reference joins the list as one more
+    candidate, and its column of the list's chrF matrix (:func:`fairseq_distill.seqkd.mbr.utility_matrices`,
+    every text's character n-grams counted once, a batch of sentences at a time) holds the scores,
+    sacreBLEU's floats exactly."""
+    from fairseq_distill.seqkd.mbr import utility_matrices
+
+    matrices = utility_matrices([list(hyps) + [ref] for hyps, ref in zip(nbest, references)])
+    return [matrix[:len(hyps), len(hyps)].tolist() for hyps, matrix in zip(nbest, matrices)]
 
 
 def best_by_chrf(chunk) -> List[int]:
-    from sacrebleu.metrics import CHRF
-
     nbest, references = chunk
-    chrf = CHRF()  # one scorer for the chunk: it holds no per-sentence state
-    picks = []
-    for hyps, ref in zip(nbest, references):
-        best, pick = None, 0
-        if ref is not None and len(hyps) > 1:
-            for k, score in enumerate(chrf_scores(hyps, ref, chrf)):
-                if best is None or score > best:  # strictly better: a tie keeps the earlier one
-                    best, pick = score, k
-        picks.append(pick)
+    picks = [0] * len(nbest)
+    scored = [i for i, (hyps, ref) in enumerate(zip(nbest, references)) if ref is not None and len(hyps) > 1]
+    for i, scores in zip(scored, reference_chrf([nbest[i] for i in scored], [references[i] for i in scored])):
+        best = None
+        for k, score in enumerate(scores):
+            if best is None or score > best:  # strictly better: a tie keeps the earlier one
+                best, picks[i] = score, k
     return picks

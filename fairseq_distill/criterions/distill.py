@@ -97,7 +97,7 @@ class DistillationCriterion(LabelSmoothedCrossEntropyCriterion):
 
     def set_epoch(self, epoch: int):
         for term in self.terms.values():
-            term.epoch = epoch
+            term.begin_epoch(epoch)
 
     def set_num_updates(self, num_updates: int):
         for term in self.terms.values():

@@ -50,6 +50,7 @@ from torch import Tensor
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import ATTENTION_TYPES, FeatureRequest, Features
 from fairseq_distill.losses import align_attention, attention_kl
+from fairseq_distill.terms.a2d_schedule import DecaySchedule
 from fairseq_distill.terms.base import DistillationTerm, TermContext, batch_sample_size, check_fraction
 from fairseq_distill.terms.registry import register_term
 
@@ -114,8 +115,6 @@ DECAY_SCHEDULES = ("run", "epoch")
 # the ratio of the released reduction's gradient share to the flat one's at FLAT_SCALE = 1, in
 # the authors' setting (IWSLT-shaped batches, 3+3 and 6+6 at d = 512): bench/a2d_gradient_share.py
 FLAT_SCALE = 6.7
-# the authors' runs: --max-epoch 100 (train_student.sh), so their weight falls to 0.9^99·β
-AUTHORS_EPOCHS = 100
 
 
 @dataclass
@@ -223,7 +222,11 @@ class AttentionKDTerm(DistillationTerm):
             (ls, hs), (lt, ht) = student_shape[kind], teacher_shape[kind]
             logger.info(f"a2d {kind}: AAM {ls}x{hs} student heads -> {lt}x{ht} teacher heads")
         self.aams = nn.ModuleDict(aams)
-        logger.info(f"a2d: β = {weight}, {kl_mode} KL, {self.schedule_description()}")
+        self.span_checked = self.schedule.by_updates  # an epoch-stepped one: once an epoch's updates are known
+        logger.info(f"a2d: β = {weight}, {kl_mode} KL, {self.schedule.describe()}; {self.schedule.course()}")
+        warning = self.schedule.short_action_warning()
+        if warning:
+            logger.warning(warning)
 
     @classmethod
     def from_config(cls, cfg, context: TermContext, names: Sequence[str] = ()) -> "AttentionKDTerm":
@@ -241,15 +244,6 @@ class AttentionKDTerm(DistillationTerm):
         return cls(weight, cfg.a2d_decay, context, cfg.a2d_attention_types, str(cfg.a2d_normalize), kl_mode,
                    cfg.a2d_decay_updates, schedule, run_length(cfg, "max_epoch"), run_length(cfg, "max_update"))
 
-    def schedule_description(self) -> str:
-        if self.decay_updates:
-            return f"weight β·{self.decay}^(updates/{self.decay_updates})"
-        if self.decay_schedule == "epoch":
-            return f"weight β·{self.decay}^(epoch − 1)"
-        unit = f"{self.max_update} updates" if self.max_update else f"{self.max_epoch} epochs"
-        return (f"weight β·{self.decay}^(e − 1), e running from 1 to {AUTHORS_EPOCHS} (the authors' run "
-                f"length) over this run's {unit}")
-
     def loss_form(self) -> dict:
         # the alignment modules' outputs are softmax logits (flat, reference) or clamped
         # probabilities (rowwise renorm): another form would read them differently
@@ -262,23 +256,24 @@ class AttentionKDTerm(DistillationTerm):
     def request(self) -> FeatureRequest:
         return FeatureRequest(attention=frozenset(self.types))
 
+    @property
+    def schedule(self) -> DecaySchedule:
+        return DecaySchedule(self.weight, self.decay, self.decay_schedule, self.decay_updates, self.max_epoch,
+                             self.max_update)
+
     def current_weight(self) -> float:
         """β·decay^(epoch − 1) from fairseq's epoch counter, β·decay^(updates/N), or with the
         ``run`` schedule the authors' epochs 1..100 spread over this run's length."""
-        if self.decay_updates:
-            return self.weight * self.decay ** (self.num_updates / self.decay_updates)
-        if self.decay_schedule == "epoch":
-            return self.weight * self.decay ** (self.epoch - 1)
-        return self.weight * self.decay ** ((AUTHORS_EPOCHS - 1) * self.run_fraction())
+        return self.schedule.at(self.epoch, self.num_updates)
 
-    def run_fraction(self) -> float:
-        """How far the run is, 0 at its start and 1 at its end: by updates where --max-update
-        bounds it, else by whole epochs (the first epoch 0, the last 1), as the paper steps."""
-        if self.max_update:
-            return min(1.0, self.num_updates / self.max_update)
-        if self.max_epoch <= 1:
-            return 0.0
-        return min(1.0, (self.epoch - 1) / (self.max_epoch - 1))
+    def begin_epoch(self, epoch: int):
+        super().begin_epoch(epoch)
+        if not self.span_checked and epoch > 1 and self.num_updates > 0:
+            # an epoch-stepped schedule's span in updates is known once an epoch has run
+            self.span_checked = True
+            warning = self.schedule.short_action_warning(self.num_updates / (epoch - 1))
+            if warning:
+                logger.warning(warning)
 
     def masks(self, kind: str, sample):
         """(key mask broadcastable to B x 1 x T x S, query mask B x T) of one attention type."""

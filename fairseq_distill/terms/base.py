@@ -70,6 +70,10 @@ class DistillationTerm(nn.Module):
     def current_weight(self) -> float:
         return self.weight
 
+    def begin_epoch(self, epoch: int):
+        """fairseq starts ``epoch`` (``num_updates`` holds the updates run so far)."""
+        self.epoch = epoch
+
     def loss_form(self) -> dict:
         """The options that give the term's learned parameters their meaning ({option: value},
         e.g. which side a layer map projects). Saved with them (as the module's extra state) so

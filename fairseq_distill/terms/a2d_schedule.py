@@ -1,0 +1,128 @@
+"""A2D's attention weight over a run: its value at an epoch or update, its course over this run
+(stated at start-up), and for how many updates it acts, so that a run in which the term would
+barely pull is told so before hours are spent on it.
+
+Schedules (``--a2d-decay-schedule``, ``--a2d-decay-updates``):
+
+* ``run``: β·decay^(e − 1) with e stepping from 1 to the authors' 100 epochs over this run, by
+  updates where ``--max-update`` bounds it, else by whole epochs;
+* ``epoch``: the paper's β·decay^(epoch − 1);
+* ``--a2d-decay-updates N`` (any schedule): β·decay^(updates/N), continuous.
+
+The term "acts" while its weight is at least :data:`ACTIVE_SHARE` of β.
+"""
+import math
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+# the authors' runs: --max-epoch 100 (train_student.sh), so their weight falls to 0.9^99·β
+AUTHORS_EPOCHS = 100
+ACTIVE_SHARE = 0.1  # the term acts while its weight is at least this share of β
+MIN_ACTIVE_UPDATES = 300  # a run in which it acts for fewer updates is warned about
+COURSE_POINTS = 6  # the most points of the start-up line
+
+
+@dataclass(frozen=True)
+class DecaySchedule:
+    weight: float
+    decay: float
+    schedule: str  # "run" or "epoch"
+    decay_updates: int = 0
+    max_epoch: int = 0
+    max_update: int = 0
+
+    @property
+    def by_updates(self) -> bool:
+        """True where the weight follows the update counter (else fairseq's epoch)."""
+        return bool(self.decay_updates) or (self.schedule == "run" and self.max_update > 0)
+
+    def at(self, epoch: int, num_updates: int) -> float:
+        if self.decay_updates:
+            return self.weight * self.decay ** (num_updates / self.decay_updates)
+        if self.schedule == "epoch":
+            return self.weight * self.decay ** (epoch - 1)
+        return self.weight * self.decay ** ((AUTHORS_EPOCHS - 1) * self.run_fraction(epoch, num_updates))
+
+    def run_fraction(self, epoch: int, num_updates: int) -> float:
+        """How far the run is, 0 at its start and 1 at its end: by updates where --max-update
+        bounds it, else by whole epochs (the first epoch 0, the last 1), as the paper steps."""
+        if self.max_update:
+            return min(1.0, num_updates / self.max_update)
+        if self.max_epoch <= 1:
+            return 0.0
+        return min(1.0, (epoch - 1) / (self.max_epoch - 1))
+
+    def describe(self) -> str:
+        if self.decay_updates:
+            return f"weight β·{self.decay}^(updates/{self.decay_updates})"
+        if self.schedule == "epoch":
+            return f"weight β·{self.decay}^(epoch − 1)"
+        unit = f"{self.max_update} updates" if self.max_update else f"{self.max_epoch} epochs"
+        return (f"weight β·{self.decay}^(e − 1), e running from 1 to {AUTHORS_EPOCHS} (the authors' run "
+                f"length) over this run's {unit}")
+
+    def course_points(self) -> List[Tuple[str, float]]:
+        """(where, weight) along this run: epochs 1, 2, … (the last one where the run's length is
+        known), or updates at quarters of --max-update (or at multiples of N without it)."""
+        if self.by_updates:
+            if self.max_update:
+                updates = [round(self.max_update * q / 4) for q in range(5)]
+            else:
+                updates = [0] + [k * self.decay_updates for k in (1, 5, 10, 20)]
+            return [(f"update {u}", self.at(1, u)) for u in updates]
+        last = self.max_epoch or max(2, self.epochs_acting(limit=200) + 1)
+        epochs = list(range(1, last + 1))
+        if len(epochs) > COURSE_POINTS:
+            epochs = epochs[:COURSE_POINTS - 1] + [last]
+        return [(f"epoch {e}", self.at(e, 0)) for e in epochs]
+
+    def course(self) -> str:
+        """The start-up line's account of the weight: 'β 1 (epoch 1) → 0.031 (epoch 2) → …'."""
+        points = self.course_points()
+        text, previous = [], None
+        for where, weight in points:
+            number = int(where.split()[1])
+            if previous is not None and number != previous + 1 and not self.by_updates:
+                text.append("…")
+            text.append(f"{weight:.2g} ({where})")
+            previous = number
+        return "β " + " → ".join(text)
+
+    def epochs_acting(self, limit: Optional[int] = None) -> int:
+        """Epochs of an epoch-stepped schedule whose weight is at least ACTIVE_SHARE of β."""
+        last = self.max_epoch or limit or 10_000
+        return sum(1 for e in range(1, last + 1) if self.at(e, 0) >= ACTIVE_SHARE * self.weight)
+
+    def updates_acting(self, updates_per_epoch: Optional[float] = None) -> Optional[float]:
+        """For how many updates the weight stays at least ACTIVE_SHARE of β (math.inf: for ever);
+        an epoch-stepped schedule needs the run's updates per epoch (None while unknown)."""
+        if self.weight <= 0:
+            return 0.0
+        if self.by_updates:
+            if self.decay >= 1:
+                return float(self.max_update or math.inf)
+            if self.decay <= 0:
+                return 0.0
+            exponent = math.log(ACTIVE_SHARE) / math.log(self.decay)  # decay^x = share
+            span = (exponent * self.decay_updates if self.decay_updates
+                    else min(1.0, exponent / (AUTHORS_EPOCHS - 1)) * self.max_update)
+            return min(span, self.max_update) if self.max_update else span
+        if updates_per_epoch is None:
+            return None
+        if not self.max_epoch and self.decay >= 1:
+            return math.inf
+        return self.epochs_acting() * updates_per_epoch
+
+    def short_action_warning(self, updates_per_epoch: Optional[float] = None) -> Optional[str]:
+        """A warning where the term acts for fewer than MIN_ACTIVE_UPDATES updates, naming the
+        options that lengthen it; None otherwise (or while that is not known yet)."""
+        span = self.updates_acting(updates_per_epoch)
+        if span is None or span >= MIN_ACTIVE_UPDATES or self.weight <= 0:
+            return None
+        decay = self.decay if 0 < self.decay < 1 else 0.9
+        per_update = math.log(ACTIVE_SHARE) / math.log(decay)
+        return (f"a2d: the attention term acts (weight ≥ {ACTIVE_SHARE:g}·β) for only about {span:.0f} updates "
+                f"of this run ({self.describe()}; {self.course()}), too few to shape the student's "
+                f"attention. Lengthen it with --a2d-decay-updates N (β·{decay:g}^(updates/N): about "
+                f"{per_update:.0f}·N updates at ≥ {ACTIVE_SHARE:g}·β), a --a2d-decay closer to 1, or a "
+                f"longer run")

@@ -119,6 +119,26 @@ def test_teacher_generation_in_two_shards(tiny_data, tiny_teacher, tmp_path):
     assert summary["decode_seconds"] > 0 and summary["backend"] == "fairseq"
 
 
+@pytest.mark.slow
+def test_a_shard_that_fairseq_gives_no_batch_is_an_empty_shard(tiny_data, tiny_teacher, tmp_path):
+    """Every training sentence in one batch: fairseq-generate hands the second shard nothing, and
+    its summary line divides by a generation time of 0 (ZeroDivisionError). That shard is empty,
+    not a failure, and the merge takes every sentence from the other."""
+    out = str(tmp_path / "out")
+    run(python_module("fairseq_distill.cli.seqkd", "--teacher", tiny_teacher, "--data", tiny_data,
+                      "--out", out, "--num-shards", "2", "--beam", "1", "--max-len-b", "8",
+                      "--batch-size", "1000", "--on-missing", "reference"))
+    counts = []
+    for shard in range(2):
+        with open(os.path.join(out + ".work", f"shard{shard}-of-2.jsonl")) as f:
+            header, *records = [json.loads(line) for line in f]
+        assert header["stats"]["sentences"] == len(records)
+        counts.append(len(records))
+    assert counts == [N_TRAIN, 0]
+    summary = json.load(open(os.path.join(out, "seqkd_summary.json")))
+    assert summary["kept"] == N_TRAIN
+
+
 # -- a translations file as the teacher (issue 35) -------------------------------------------
 
 def seqkd_from_file(tiny_data, path, out, *extra, check=True):

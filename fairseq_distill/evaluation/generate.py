@@ -23,6 +23,7 @@ from fairseq_distill.errors import DistillError
 
 # the plugin's root, for --user-dir (this module sits in its evaluation/ sub-package)
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GENERATION_DONE = "NOTE: hypothesis and token scores are output in base 2"  # logged after the last sentence
 SPEED_LINE = re.compile(
     r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s "
     r"\(([\d.]+) sentences/s, ([\d.]+) tokens/s\)"
@@ -88,7 +89,7 @@ def run_generate(
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, encoding="utf-8", errors="replace",
                                 env={**os.environ, **env} if env else None)
-        tail = []
+        tail, finished = [], False
         current, hyps = None, []  # with on_sentence: the sentence whose H-lines are being read
         for line in proc.stdout:
             if log:
@@ -121,6 +122,7 @@ def run_generate(
                     elif sid not in result.detokenized:
                         result.detokenized[sid] = text
                 continue
+            finished = finished or GENERATION_DONE in line
             speed = SPEED_LINE.search(line)
             if speed:
                 result.sentences = int(speed.group(1).replace(",", ""))
@@ -130,6 +132,11 @@ def run_generate(
                 result.tokens_per_second = float(speed.group(5))
             tail = (tail + [line])[-30:]
         code = proc.wait()
+        if code != 0 and finished and current is None and not result.hypotheses \
+                and any("ZeroDivisionError" in t for t in tail):
+            # a shard given no batch (fewer batches than shards): fairseq-generate has written
+            # everything (nothing) and then divides by its generation time, 0, in its summary line
+            code, result.sentences = 0, 0
         if current is not None and code == 0:
             on_sentence(current, hyps)
     except BaseException:

@@ -24,6 +24,8 @@ LABELS = {
     "translate": "fsd-translate (CTranslate2, tiny teacher, greedy)",
     "seqkd": "fsd-seqkd 1-best (CTranslate2, tiny teacher)",
     "seqkd-nbest": "fsd-seqkd 4-best, chrF selection, 2 shards + merge",
+    "seqkd-merge": "fsd-seqkd --merge, 2 synthetic 1-best shards",
+    "seqkd-merge-nbest": "fsd-seqkd --merge --select chrf, 2 synthetic 4-best shards",
 }
 
 

@@ -278,3 +278,66 @@ def test_an_unreadable_file_is_named_with_its_role_apart_from_its_path(tmp_path,
     with pytest.raises(DistillError) as error:
         read_lines(str(missing), what=what)
     assert str(error.value).startswith(f"cannot read {what.strip()} '{missing}': ")
+
+
+# -- an interrupted preparation goes on from its last finished stage -----------------------
+
+def test_prepare_interrupted_goes_on_from_its_last_finished_stage(tmp_path, monkeypatch, capsys):
+    """Interrupted while segmenting the valid split (the checks, the subword model and the train
+    split's segmentation finished), a rerun says what it keeps, redoes neither the subword model
+    nor the train split, and writes the same files as a run never interrupted."""
+    import fairseq_distill.text.corpus as corpus
+    from fairseq_distill.cli.prepare_corpus import build_parser
+
+    raw = write_corpus(tmp_path / "raw")
+
+    def args(out):
+        return build_parser().parse_args(["-s", "de", "-t", "en", "--train-prefix", str(raw / "train"),
+                                          "--valid-prefix", str(raw / "valid"), "--test-prefix", str(raw / "test"),
+                                          "--out", str(out), "--vocab-size", "60", "--workers", "1"])
+
+    corpus.prepare(args(tmp_path / "whole"))
+    real_segment = corpus.segment_split
+    segmented, stop_at = [], ["valid"]
+
+    class Interrupted(Exception):
+        """the machine stopping mid-way (an exception pytest lets through, unlike KeyboardInterrupt)"""
+
+    def interrupted(name, *rest):
+        if name in stop_at:
+            raise Interrupted
+        segmented.append(name)
+        return real_segment(name, *rest)
+
+    monkeypatch.setattr(corpus, "segment_split", interrupted)
+    with pytest.raises(Interrupted):
+        corpus.prepare(args(tmp_path / "out"))
+    assert segmented == ["train"]
+    assert not (tmp_path / "out" / "bin" / "fairseq_distill.json").exists()
+
+    def must_not_run(*_):
+        raise AssertionError("the subword model was learned again")
+
+    monkeypatch.setattr(corpus, "train_sentencepiece", must_not_run)
+    segmented.clear()
+    stop_at.clear()
+    capsys.readouterr()
+    corpus.prepare(args(tmp_path / "out"))
+    said = capsys.readouterr().out
+    assert "resuming the unfinished preparation" in said
+    assert "done before: checked train, checked valid, checked test, subword model, segmented train" in said
+    assert segmented == ["valid", "test"]
+    assert not (tmp_path / "out" / ".prepare").exists()
+    whole, resumed = tmp_path / "whole" / "bin", tmp_path / "out" / "bin"
+    # everything but the records that name their own directory
+    names = sorted(p.name for p in whole.iterdir() if p.name not in ("fairseq_distill.json", "preprocess.log"))
+    assert names == sorted(p.name for p in resumed.iterdir() if p.name not in ("fairseq_distill.json", "preprocess.log"))
+    assert "train.de-en.de.bin" in names
+    for name in names:
+        if (whole / name).is_file() and name != "sentencepiece.model":  # that one records its own path
+            assert (whole / name).read_bytes() == (resumed / name).read_bytes(), name
+    import sentencepiece as spm
+
+    models = [spm.SentencePieceProcessor(model_file=str(d / "sentencepiece.model")) for d in (whole, resumed)]
+    assert [[m.id_to_piece(i) for i in range(m.get_piece_size())] for m in models][0] == \
+        [models[1].id_to_piece(i) for i in range(models[1].get_piece_size())]

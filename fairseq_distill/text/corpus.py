@@ -28,7 +28,6 @@ reuses it when those are the same and refuses, naming what differs, when they ar
 unless ``--force``.
 """
 import contextlib
-import hashlib
 import io
 import json
 import logging
@@ -42,7 +41,7 @@ import time
 from fairseq_distill.errors import DistillError
 from fairseq_distill.progress import Progress
 from fairseq_distill.text.segmentation import META_FILE, Segmenter, normalize_whitespace
-from fairseq_distill.text.corpus_steps import check_split, segment_split, write_subword_sample
+from fairseq_distill.text.corpus_steps import Stages, check_split, run_key, segment_split, write_subword_sample
 from fairseq_distill.text.files import file_sha256, first_few
 
 # what a rerun compares (besides the inputs), with the option that sets it
@@ -272,44 +271,6 @@ def check_sizes(data_utils, bin_dir, tok_dir, src, tgt, sizes):
                 raise DistillError(
                     f"fairseq-preprocess wrote {got} sentences for {name}.{lang} but the input has {n} "
                     f"lines; {os.path.join(tok_dir, f'{name}.{lang}')} must have one line per sentence")
-
-
-STAGING = ".prepare"   # OUT/.prepare: the checked text and the record of finished stages, until done
-
-
-def run_key(made_from) -> str:
-    """What a stage's output depends on: the options and each input's content."""
-    content = {"options": made_from["options"],
-               "inputs": {split: {lang: [d["size"], d["sha256"]] for lang, d in sides.items()}
-                          for split, sides in made_from["inputs"].items()}}
-    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
-
-
-class Stages:
-    """The finished stages of an unfinished preparation (``OUT/.prepare/stages.json``), kept only
-    for the same inputs and options, so that a rerun after an interruption goes on from there."""
-
-    def __init__(self, out: str, key: str, fresh: bool):
-        self.dir = os.path.join(out, STAGING)
-        self.path = os.path.join(self.dir, "stages.json")
-        self.key = key
-        self.done = {}
-        if not fresh and os.path.exists(self.path):
-            with open(self.path, encoding="utf-8") as f:
-                record = json.load(f)
-            if record.get("key") == key:
-                self.done = record["done"]
-            elif record.get("key"):
-                print(f"[prepare] the unfinished preparation in {out} was of other inputs or options: starting afresh")
-        if not self.done and os.path.isdir(self.dir):
-            shutil.rmtree(self.dir)
-        os.makedirs(self.dir, exist_ok=True)
-
-    def finish(self, stage: str, value=True):
-        self.done[stage] = value
-        with open(self.path + ".partial", "w", encoding="utf-8") as f:
-            json.dump({"key": self.key, "done": self.done}, f, indent=1)
-        os.replace(self.path + ".partial", self.path)
 
 
 def prepare(args):

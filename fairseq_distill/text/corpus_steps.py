@@ -10,7 +10,10 @@ runs them in order and resumes them):
 
 Nothing holds a split in memory: a chunk of lines at a time, a few chunks in flight.
 """
+import hashlib
+import json
 import os
+import shutil
 import sys
 from typing import Dict, List, Optional, Tuple
 
@@ -182,3 +185,43 @@ def segment_split(name: str, texts: Tuple[str, str], inputs: Tuple[str, str], ki
               f"longest has {max(n for _, n in removed):,}); they are listed in the data's metadata")
     return {"pairs": kept, "removed": [line for line, _ in removed], "blank": sorted(set(blank)),
             "source_tokens": tokens, "target_tokens": target_tokens}
+
+
+STAGING = ".prepare"   # OUT/.prepare: the checked text and the record of finished stages, until done
+
+
+def run_key(made_from) -> str:
+    """What a stage's output depends on: the options and each input's content."""
+    content = {"options": made_from["options"],
+               "inputs": {split: {lang: [d["size"], d["sha256"]] for lang, d in sides.items()}
+                          for split, sides in made_from["inputs"].items()}}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+class Stages:
+    """The finished stages of an unfinished preparation (``OUT/.prepare/stages.json``), kept only
+    for the same inputs and options, so that a rerun after an interruption goes on from there."""
+
+    def __init__(self, out: str, key: str, fresh: bool):
+        self.dir = os.path.join(out, STAGING)
+        self.path = os.path.join(self.dir, "stages.json")
+        self.key = key
+        self.done = {}
+        if not fresh and os.path.exists(self.path):
+            with open(self.path, encoding="utf-8") as f:
+                record = json.load(f)
+            if record.get("key") == key:
+                self.done = record["done"]
+                print(f"[prepare] resuming the unfinished preparation in {out}: done before: "
+                      f"{', '.join(self.done)} ({self.path})")
+            elif record.get("key"):
+                print(f"[prepare] the unfinished preparation in {out} was of other inputs or options: starting afresh")
+        if not self.done and os.path.isdir(self.dir):
+            shutil.rmtree(self.dir)
+        os.makedirs(self.dir, exist_ok=True)
+
+    def finish(self, stage: str, value=True):
+        self.done[stage] = value
+        with open(self.path + ".partial", "w", encoding="utf-8") as f:
+            json.dump({"key": self.key, "done": self.done}, f, indent=1)
+        os.replace(self.path + ".partial", self.path)

@@ -18,6 +18,8 @@ Tools:
   train-startup  fairseq-train of a tiny student reading that merged cache, to its first update
   translate  fsd-translate (CTranslate2, greedy) of the training source with the tiny teacher
   seqkd, seqkd-nbest  fsd-seqkd (CTranslate2) 1-best; 4-best with chrF selection, 2 shards and the merge
+  clean-resume, prepare-resume  clean / prepare killed (SIGKILL) half-way through their uninterrupted
+           time, then run again: what the rerun keeps, and how long it takes
   seqkd-merge, seqkd-merge-nbest  fsd-seqkd --merge of 2 synthetic decoding shards (bench/scale_seqkd.py),
            1-best lists, and 4-best lists with chrF selection: the merge alone, at any size
 Run it on an otherwise idle machine (or pinned to a free core with taskset): timings under load
@@ -40,7 +42,9 @@ from scale_measure import measure  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 TOOLS = ("clean", "prepare", "cache", "cache-sharded", "cache-merge", "train-startup", "translate", "seqkd",
-         "seqkd-nbest", "seqkd-merge", "seqkd-merge-nbest")
+         "seqkd-nbest", "seqkd-merge", "seqkd-merge-nbest", "clean-resume", "prepare-resume")
+# a tool killed part-way and run again: the tool, and the share of its uninterrupted time after which it is killed
+RESUMED = {"clean-resume": ("clean", 0.5), "prepare-resume": ("prepare", 0.5)}
 SEQKD_SHARDS = 2  # synthetic decoding shards the seq-KD merge rows read
 # a tiny teacher (d = 32, one update: its output is not the point) so that what is measured is the
 # tools' own work and the smallest model's compute
@@ -55,14 +59,15 @@ def corpus_dir(work, size):
     return os.path.join(work, f"corpus-{size}")
 
 
-def commands(tool, work, size, workers):
-    """(argv, outputs) of one tool at one size."""
+def commands(tool, work, size, workers, suffix=""):
+    """(argv, outputs) of one tool at one size (``suffix``: of the directory it writes, for a
+    second copy of its output)."""
     text = os.path.join(work, f"text-{size}")
     if tool == "clean":
         return ([os.path.join(BIN, "fsd-benchmark-corpus"), "wmt14_en_de", "--archive", corpus_dir(work, size),
-                 "--out", text, "--workers", str(workers)], [text])
+                 "--out", text + suffix, "--workers", str(workers)], [text + suffix])
     if tool == "prepare":
-        out = os.path.join(work, f"data-{size}")
+        out = os.path.join(work, f"data-{size}{suffix}")
         return ([os.path.join(BIN, "fsd-prepare-corpus"), "-s", "en", "-t", "de", "--train-prefix",
                  os.path.join(text, "train"), "--valid-prefix", os.path.join(text, "valid"), "--test-prefix",
                  os.path.join(text, "test"), "--bpe", "sentencepiece", "--spm-model-type", "unigram",
@@ -156,6 +161,32 @@ def setup(tool, work, size):
             write_seqkd_shards(data, shards, num_shards=SEQKD_SHARDS, nbest=4 if tool == "seqkd-merge-nbest" else 1)
 
 
+def measure_resumed(tool, work, size, workers, results) -> dict:
+    """A tool killed part-way through (SIGKILL to its process group) and run again with the same
+    command: the second run's time against the uninterrupted run's, and what it said it kept. It
+    writes a copy of its output (``-resume``), so the other tools' inputs stay whole."""
+    base, share = RESUMED[tool]
+    full = [r for r in results["rows"] if r["tool"] == base and r["pairs"] == size]
+    if not full:
+        raise SystemExit(f"[scale] {tool} at {size:,}: measure {base} first (its time sets when to interrupt)")
+    argv, outputs = commands(base, work, size, workers, suffix="-resume")
+    for out in outputs:
+        if os.path.isdir(out):
+            shutil.rmtree(out)
+    kill_after = full[0]["seconds"] * share
+    first = measure(argv, os.path.join(work, f"{tool}-{size}.interrupted.log"), outputs, timeout=kill_after)
+    log = os.path.join(work, f"{tool}-{size}.log")
+    row = measure(argv, log, outputs)
+    with open(log, encoding="utf-8", errors="replace") as f:
+        said = [line.strip() for line in f.read().replace("\r", "\n").splitlines()
+                if "kept from an earlier run" in line or "resuming the unfinished" in line]
+    row.update(interrupted_after_seconds=first["seconds"], interrupted_exit_code=first["exit_code"],
+               uninterrupted_seconds=full[0]["seconds"], resumed_said=said[:3], resumed_lines=len(said))
+    for out in outputs:
+        shutil.rmtree(out, ignore_errors=True)
+    return row
+
+
 def cpu_model():
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -193,6 +224,16 @@ def run(args):
             done = [r for r in results["rows"] if r["tool"] == tool and r["pairs"] == size]
             if done and not args.again:
                 print(f"[scale] {tool} at {size:,}: measured before")
+                continue
+            if tool in RESUMED:
+                print(f"[scale] {tool} at {size:,} pairs: {RESUMED[tool][0]} killed part-way, then run again", flush=True)
+                row = measure_resumed(tool, args.work, size, args.workers, results)
+                row.update(tool=tool, pairs=size, workers=args.workers, cpus=len(affinity))
+                results = load(path)
+                results["rows"] = [r for r in results["rows"] if not (r["tool"] == tool and r["pairs"] == size)] + [row]
+                save(path, results)
+                print(f"[scale] {tool} at {size:,}: killed after {row['interrupted_after_seconds']:.0f}s, the rerun "
+                      f"took {row['seconds']:.0f}s (uninterrupted: {row['uninterrupted_seconds']:.0f}s)", flush=True)
                 continue
             argv, outputs = commands(tool, args.work, size, args.workers)
             for out in outputs:

@@ -9,6 +9,7 @@ pressure); the peak of anonymous memory alone (``RssAnon``: what the process hol
 recorded beside it. Linux only.
 """
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -74,12 +75,14 @@ def measure(cmd: List[str], log_path: str, outputs: List[str] = (), env: Optiona
             interval: float = 0.25, timeout: Optional[float] = None) -> dict:
     """Run ``cmd`` (its output to ``log_path``) and return ``{"seconds", "peak_rss_bytes",
     "peak_anonymous_bytes", "bytes_written", "exit_code"}``; ``bytes_written`` is what ``outputs`` (files or directories)
-    hold afterwards, less what they held before."""
+    hold afterwards, less what they held before. ``timeout``: seconds after which the command and
+    every process it started are killed at once (SIGKILL, as a machine that stops would)."""
     before = sum(directory_bytes(p) for p in outputs if os.path.exists(p))
     peak = [0, 0]
     with open(log_path, "w", encoding="utf-8") as log:
         started = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        # its own process group, so that a timeout stops the workers and subprocesses it started too
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         done = threading.Event()
 
         def sample():
@@ -93,7 +96,7 @@ def measure(cmd: List[str], log_path: str, outputs: List[str] = (), env: Optiona
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             code = proc.wait()
         seconds = time.perf_counter() - started
         done.set()

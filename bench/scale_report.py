@@ -101,6 +101,17 @@ def markdown(results: dict) -> str:
         value = next(iter(per_token.values()))
         lines += ["", f"The teacher cache takes {value:g} bytes per target token at K = 8 (float16 log-probabilities, "
                       f"uint16 indices: K × 4 bytes), plus 8 bytes per sentence for its offsets."]
+    resumed = sorted((r for r in results["rows"] if r["tool"].endswith("-resume")), key=lambda r: (r["tool"], r["pairs"]))
+    if resumed:
+        lines += ["", "## Interrupted and run again", "",
+                  "Each tool killed (SIGKILL to its whole process group, as a machine that stops) half-way through "
+                  "its uninterrupted time, then run again with the same command.", "",
+                  "| tool | pairs | killed after | the rerun | uninterrupted | what the rerun said it kept |",
+                  "| --- | ---: | ---: | ---: | ---: | --- |"]
+        for r in resumed:
+            kept = "; ".join(r.get("resumed_said") or []) or "nothing"
+            lines.append(f"| {r['tool'][:-len('-resume')]} | {r['pairs']:,} | {duration(r['interrupted_after_seconds'])} | "
+                         f"{duration(r['seconds'])} | {duration(r['uninterrupted_seconds'])} | {kept} |")
     if results.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {note}" for note in results["notes"]]
     return "\n".join(lines) + "\n"
@@ -136,7 +147,9 @@ def plot(results: dict, path: str):
 
 def write_report(measurements: str, results_dir: str):
     with open(measurements, encoding="utf-8") as f:
-        results = json.load(f)
+        # paths the tools printed (kept in rows), relative to the work dir: no machine's paths
+        work = os.path.dirname(os.path.abspath(measurements)) + os.sep
+        results = json.loads(f.read().replace(json.dumps(work)[1:-1], ""))
     results["summary"] = summarise(results["rows"])
     os.makedirs(results_dir, exist_ok=True)
     with open(os.path.join(results_dir, "scale.json"), "w", encoding="utf-8") as f:

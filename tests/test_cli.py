@@ -124,11 +124,12 @@ def test_plugin_commands_and_training_logs_carry_no_library_noise(tiny_data, tin
 
 def test_a_failing_fairseq_preprocess_is_named_with_its_log(tmp_path):
     from fairseq_distill.errors import DistillError
-    from fairseq_distill.text.corpus import fairseq_preprocess
+    from fairseq_distill.text.binarize import fairseq_preprocess
 
     log = tmp_path / "preprocess.log"
     with pytest.raises(DistillError) as raised:
-        fairseq_preprocess("de", "en", str(tmp_path / "no-such-dir"), str(tmp_path / "bin"), ["test"], 1, str(log))
+        fairseq_preprocess("de", "en", str(tmp_path / "bin"), 1, str(log),
+                           trainpref=str(tmp_path / "no-such-dir" / "train"), dict_only=True)
     message = str(raised.value)
     assert message.startswith("fairseq-preprocess failed (exit status 1); the last lines of its log " + str(log))
     assert "No such file or directory" in message and "no-such-dir" in message

@@ -8,7 +8,8 @@ Output directory layout::
 
     OUT/raw/{split}.{lang}        the raw text, as given (references for sacreBLEU)
     OUT/tok/{split}.{lang}        the segmented text that was binarized
-    OUT/bin/                      fairseq-preprocess output (joined dictionary)
+    OUT/bin/                      fairseq-preprocess output (joined dictionary), made by
+                                  :mod:`fairseq_distill.text.binarize` a piece at a time
     OUT/bin/sentencepiece.model   or OUT/bin/bpe.codes
     OUT/bin/fairseq_distill.json  what the evaluation and seq-KD tools need to know
 
@@ -34,13 +35,11 @@ import logging
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 
 from fairseq_distill.errors import DistillError
-from fairseq_distill.progress import Progress
-from fairseq_distill.text.segmentation import META_FILE, Segmenter, normalize_whitespace
+from fairseq_distill.text.binarize import binarize_evaluation, binarize_train, build_dictionary
+from fairseq_distill.text.segmentation import META_FILE
 from fairseq_distill.text.corpus_steps import Stages, check_split, run_key, segment_split, write_subword_sample
 from fairseq_distill.text.files import file_sha256, first_few
 
@@ -195,62 +194,8 @@ def learn_subword_nmt(train_text, codes_path, num_merges):
     return codes_path
 
 
-def fairseq_preprocess(src, tgt, tok_dir, bin_dir, test_names, workers, log_path, srcdict=None,
-                       train_tokens=None):
-    """Run fairseq-preprocess with its whole output (its options, dictionary sizes, progress) in
-    ``log_path``, named with its last lines if it fails. With ``train_tokens`` (the training
-    data's tokens, both sides, each sentence's ``</s>`` included), a line every half minute says
-    how far the training data's binarization is, from the bytes written so far."""
-    cmd = [
-        sys.executable, "-m", "fairseq_cli.preprocess",
-        "--source-lang", src, "--target-lang", tgt,
-        "--trainpref", os.path.join(tok_dir, "train"),
-        "--validpref", os.path.join(tok_dir, "valid"),
-        "--testpref", ",".join(os.path.join(tok_dir, name) for name in test_names),
-        "--destdir", bin_dir, "--workers", str(workers),
-    ]
-    if srcdict:
-        cmd += ["--srcdict", srcdict, "--tgtdict", srcdict]
-    else:
-        cmd += ["--joined-dictionary"]
-    with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        if train_tokens:
-            progress = Progress("prepare", "binarizing train", unit="tokens", report=lambda line: print(line, flush=True))
-            while proc.poll() is None:
-                time.sleep(1)
-                written = binarized_tokens(bin_dir, src)
-                progress.update(written - progress.done, measure=written)
-                progress.measure_total = train_tokens
-        code = proc.wait()
-    if code:
-        with open(log_path, encoding="utf-8", errors="replace") as log:
-            last = "".join(log.readlines()[-15:])
-        raise DistillError(f"fairseq-preprocess failed (exit status {code}); the last lines of its log "
-                           f"{log_path}:\n{last.rstrip()}")
-
-
-def binarized_tokens(bin_dir, src) -> int:
-    """The training tokens fairseq-preprocess has written so far (its workers' pieces included),
-    from the sizes of its ``.bin`` files: 2 bytes a token, or 4 with a dictionary of 65,500 types
-    or more."""
-    names = [n for n in os.listdir(bin_dir) if n.startswith("train") and n.endswith(".bin")]
-    dictionary = os.path.join(bin_dir, f"dict.{src}.txt")
-    width = 2
-    if os.path.exists(dictionary):
-        with open(dictionary, "rb") as f:
-            width = 2 if sum(1 for _ in f) + 4 < 65500 else 4
-    total = 0
-    for name in names:
-        try:
-            total += os.path.getsize(os.path.join(bin_dir, name))
-        except OSError:   # a worker's piece merged and removed meanwhile
-            pass
-    return total // width
-
-
 def check_binarized(bin_dir, tok_dir, src, tgt, sizes):
-    """fairseq-preprocess must have written one sentence per input pair, on both sides."""
+    """Binarization must have written one sentence per input pair, on both sides."""
     from fairseq.data import data_utils
 
     quiet = logging.getLogger(data_utils.__name__)  # one INFO line per file read otherwise
@@ -269,7 +214,7 @@ def check_sizes(data_utils, bin_dir, tok_dir, src, tgt, sizes):
             got = len(dataset) if dataset is not None else 0
             if got != n:
                 raise DistillError(
-                    f"fairseq-preprocess wrote {got} sentences for {name}.{lang} but the input has {n} "
+                    f"binarization wrote {got} sentences for {name}.{lang} but the input has {n} "
                     f"lines; {os.path.join(tok_dir, f'{name}.{lang}')} must have one line per sentence")
 
 
@@ -374,15 +319,23 @@ def prepare(args):
               f"{first_few(lines)}; --keep-blank-test-lines): each is scored as its line's empty reference")
 
     log_path = os.path.join(args.out, "preprocess.log")
+    dictionary_dir = os.path.join(stages.dir, "dictionary")
+    if "dictionary" not in stages.done:
+        stages.finish("dictionary", build_dictionary(src, tgt, tok_dir, dictionary_dir, args.workers, log_path))
     train = segmented["train"]
-    fairseq_preprocess(src, tgt, tok_dir, bin_dir, test_names, args.workers, log_path,
-                       train_tokens=train["source_tokens"] + train["target_tokens"] + 2 * train["pairs"])
+    binarize_train(src, tgt, tok_dir, dictionary_dir, bin_dir, os.path.join(stages.dir, "train-pieces"),
+                   train["pairs"], train["source_tokens"] + train["target_tokens"] + 2 * train["pairs"],
+                   args.workers, stages)
+    if "binarized valid and test" not in stages.done:
+        binarize_evaluation(src, tgt, tok_dir, bin_dir, test_names, dictionary_dir, args.workers, log_path)
+        stages.finish("binarized valid and test")
     sizes = {name: result["pairs"] for name, result in segmented.items()}
     check_binarized(bin_dir, tok_dir, src, tgt, sizes)
     with open(os.path.join(bin_dir, f"dict.{src}.txt"), encoding="utf-8") as f:
         types = sum(1 for _ in f)
-    print(f"[prepare] binarized with fairseq-preprocess: a joined dictionary of {types:,} types plus "
-          f"4 specials (log: {log_path})")
+    pieces = stages.done["merged train"]
+    print(f"[prepare] binarized with fairseq-preprocess (the training pairs in {pieces} piece"
+          f"{'s' if pieces > 1 else ''}): a joined dictionary of {types:,} types plus 4 specials (log: {log_path})")
 
     # Raw references travel with the binarized data so that evaluation needs only bin/.
     bin_raw = os.path.join(bin_dir, "raw")

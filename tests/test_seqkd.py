@@ -47,8 +47,9 @@ def test_merge_restores_corpus_order(tiny_data, corpus, tmp_path):
     work, out = str(tmp_path / "work"), str(tmp_path / "out")
     write_shards(work, hyps, src)
     printed = merge(tiny_data, work, out).stdout
-    assert "Namespace(" not in printed  # fairseq-preprocess's output goes to its log
-    assert "Namespace(" in open(os.path.join(work, "preprocess.log"), encoding="utf-8").read()
+    # the binarizer's counts go to its log, not the terminal
+    counts = f"[en] {os.path.join(work, 'seqkd.en')}: 400 sents, "
+    assert counts in open(os.path.join(work, "preprocess.log"), encoding="utf-8").read() and counts not in printed
     assert load_side(out, "train", "de", "en", "en") == hyps
     assert load_side(out, "train", "de", "en", "de") == src
     summary = json.load(open(os.path.join(out, "seqkd_summary.json")))
@@ -190,12 +191,10 @@ def files_of(directory):
 
 def test_an_interrupted_rerun_into_a_finished_out_keeps_the_earlier_data(tiny_data, corpus, tmp_path, monkeypatch,
                                                                           capsys):
-    """A rerun ran fairseq-preprocess straight into a finished --out: killed while writing the .idx,
-    it left a new .bin beside the earlier .idx, summary and metadata (300 of 300 pairs differed),
-    and fairseq-train trained on it. Now the merge is built beside --out and switched in whole."""
-    import subprocess
-
-    import fairseq_distill.seqkd.merge as merge_module
+    """A rerun once binarized straight into a finished --out: killed while writing the .idx, it
+    left a new .bin beside the earlier .idx, summary and metadata (300 of 300 pairs differed), and
+    fairseq-train trained on it. Now the merge is built beside --out and switched in whole."""
+    import fairseq_distill.text.binarize as binarize
     from fairseq_distill.seqkd.inputs import SeqKDJob
     from fairseq_distill.seqkd.job import make_seqkd_data
 
@@ -208,24 +207,27 @@ def test_an_interrupted_rerun_into_a_finished_out_keeps_the_earlier_data(tiny_da
 
     others = [" ".join(h.split()[:2]) or "x" for h in hyps]  # other hypotheses, other lengths
     write_shards(work, others, src)
-    real_run = subprocess.run
+    real_join = binarize.merge_pieces
 
-    def killed_while_writing_the_idx(argv, *a, **kw):
-        result = real_run(argv, *a, **kw)
-        idx = os.path.join(argv[argv.index("--destdir") + 1], "train.de-en.en.idx")
+    def killed_while_writing_the_idx(src, tgt, bin_dir, *rest):  # as the binarized pieces are joined
+        real_join(src, tgt, bin_dir, *rest)
+        idx = os.path.join(bin_dir, "train.de-en.en.idx")
         with open(idx, "r+b") as f:
             f.truncate(os.path.getsize(idx) // 2)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(merge_module.subprocess, "run", killed_while_writing_the_idx)
+    monkeypatch.setattr(binarize, "merge_pieces", killed_while_writing_the_idx)
     with pytest.raises(KeyboardInterrupt):
         make_seqkd_data(SeqKDJob(data=tiny_data, work=work, out=out, merge=True, num_shards=2))
-    monkeypatch.setattr(merge_module.subprocess, "run", real_run)
+    monkeypatch.setattr(binarize, "merge_pieces", real_join)
     assert files_of(out) == earlier  # the earlier data, whole
     assert load_side(out, "train", "de", "en", "en") == hyps
 
-    # the same command again makes the new data; once more, it recognises them and rewrites nothing
+    # the same command again makes the new data (from the piece binarized before); once more, it
+    # recognises them and rewrites nothing
+    capsys.readouterr()
     make_seqkd_data(SeqKDJob(data=tiny_data, work=work, out=out, merge=True, num_shards=2))
+    assert "binarizing: 1 of 1 pieces kept from an earlier run (400 pairs), 0 to binarize" in capsys.readouterr().out
     assert load_side(out, "train", "de", "en", "en") == others
     finished = {name: os.stat(os.path.join(out, name)).st_mtime_ns for name in os.listdir(out)}
     capsys.readouterr()

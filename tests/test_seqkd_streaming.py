@@ -1,6 +1,6 @@
 """fsd-seqkd in bounded memory: shard files written as the teacher's sentences arrive, the merge
 walking the corpus a chunk at a time (and resuming), the binarized sides read a range at a time.
-The merges here run in-process with fairseq-preprocess left out: what is compared is what the
+The merges here run in-process with the binarization left out: what is compared is what the
 walk writes for it, and the summary."""
 import io
 import math
@@ -49,7 +49,7 @@ def run_merge(tiny_data, corpus, root, monkeypatch, chunk, **options):
     out), the texts and pairs file it wrote, and the pairs it would binarize."""
     monkeypatch.setattr(walk_module, "CHUNK_SENTENCES", chunk)
     binarized = []
-    monkeypatch.setattr(merge_module, "binarize", lambda args, src, tgt, dest, pairs, tokens: binarized.append(pairs))
+    monkeypatch.setattr(merge_module, "binarize", lambda args, src, tgt, dest, pairs, *_: binarized.append(pairs))
     work = str(root / "work")
     write_shards(work, corpus[2], corpus[0], drop={7})
     job = SeqKDJob(data=tiny_data, work=work, out=str(root / "out"), merge=True, num_shards=3, **options)
@@ -110,7 +110,7 @@ def test_an_interrupted_merge_resumes_after_its_last_whole_chunk(tiny_data, corp
     work = str(tmp_path / "cut" / "work")
     job = SeqKDJob(data=tiny_data, work=work, out=str(tmp_path / "cut" / "out"), merge=True, num_shards=3, **options)
     binarized = []
-    monkeypatch.setattr(merge_module, "binarize", lambda args, src, tgt, dest, pairs, tokens: binarized.append(pairs))
+    monkeypatch.setattr(merge_module, "binarize", lambda args, src, tgt, dest, pairs, *_: binarized.append(pairs))
     summary = merge(job, "de", "en")
     assert "merge resumed after 14 of 400 sentences" in capsys.readouterr().out
     assert calls[0] == 14 and len(calls) == math.ceil((400 - 14) / 7)

@@ -5,28 +5,25 @@ the result binarized (:mod:`fairseq_distill.seqkd.job`).
 The merge streams: the shard files are indexed (:mod:`fairseq_distill.seqkd.shard_index`; the
 one thing held per sentence: where its record lies, 10 bytes), then the corpus is walked a chunk
 at a time (:mod:`fairseq_distill.seqkd.merge_walk`), resumably, and the texts it wrote are
-binarized by fairseq-preprocess."""
+binarized a piece at a time, resumably too (:mod:`fairseq_distill.text.binarize`)."""
 import json
 import os
 import shutil
-import subprocess
-import sys
-import threading
 import time
 from typing import Optional
 
-
+import fairseq_distill.text.binarize as pieces
 from fairseq_distill.data_bin import directory_digest
 from fairseq_distill.errors import DistillError
-from fairseq_distill.progress import Progress
 from fairseq_distill.seqkd.inputs import Inputs, count_side, sources_digest
-from fairseq_distill.seqkd.merge_walk import EXTERNAL_BACKEND, WORK_PAIRS, walk
+from fairseq_distill.seqkd.merge_walk import EXTERNAL_BACKEND, WORK_PAIRS, BinarizedPieces, walk
 from fairseq_distill.seqkd.shard_index import index_shards
 from fairseq_distill.text.segmentation import META_FILE
 
 # an external teacher's text work around decoding, per shard (fairseq_distill.seqkd.external)
 TEXT_STAGES = ("tokenize_seconds", "detokenize_seconds", "segment_seconds")
 PAIRS_FILE = "seqkd_pairs.tsv"  # with --targets K > 1: which sentence and hypothesis each pair holds
+PIECES_DIR = "seqkd-pieces"  # in WORK: the pairs binarized a piece at a time, until joined
 
 
 def shard_settings(headers, args) -> dict:
@@ -134,10 +131,10 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None, dest: Optional[str] =
             f"{'; '.join(what)}; {remedy}, or pass --on-missing reference to keep the original reference "
             f"for training sentences (and leave such --source lines out)")
 
-    # given back before fairseq-preprocess runs beside this process: the walk no longer needs them
+    # given back before the binarization: the walk no longer needs them
     index.shard_of = index.offset_of = rankings = None
     os.makedirs(dest, exist_ok=True)
-    binarize(args, src, tgt, dest, tally.kept, tally.source_tokens + tally.hypothesis_tokens + 2 * tally.kept)
+    binarize(args, src, tgt, dest, tally.kept, tally.source_tokens + tally.hypothesis_tokens + 2 * tally.kept, key)
     copy_other_splits(args.data, dest, n_train=tally.kept, source=args.source)
     if pairs:
         shutil.copyfile(os.path.join(args.work, WORK_PAIRS), os.path.join(dest, PAIRS_FILE))
@@ -167,47 +164,36 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None, dest: Optional[str] =
     return summary
 
 
-def binarize(args, src: str, tgt: str, dest: str, pairs: int, tokens: Optional[int] = None):
-    """fairseq-preprocess on the walk's texts (WORK/seqkd.SRC, .TGT) into ``dest``, with the
-    data's dictionaries; the binarized train split must hold exactly ``pairs`` pairs. ``tokens``
-    (both sides', </s> included) lets its progress be reported from the .bin files' growth."""
-    text_prefix = os.path.join(args.work, "seqkd")
-    log_path = os.path.join(args.work, "preprocess.log")  # its options and counts, not the terminal's
-    print(f"[seqkd] binarizing {pairs:,} pairs with fairseq-preprocess (its log: {log_path})")
-    finished = threading.Event()
-    watch = threading.Thread(target=watch_binarizing, args=(dest, src, tgt, tokens, finished), daemon=True)
-    watch.start()
-    try:
-        with open(log_path, "w", encoding="utf-8") as log:
-            code = subprocess.run([
-                sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
-                "--trainpref", text_prefix, "--destdir", dest,
-                "--srcdict", os.path.join(args.data, f"dict.{src}.txt"),
-                "--tgtdict", os.path.join(args.data, f"dict.{tgt}.txt"),
-                "--workers", "1",
-            ], stdout=log, stderr=subprocess.STDOUT).returncode
-    finally:
-        finished.set()
-        watch.join()
-    if code:
-        raise DistillError(f"fairseq-preprocess failed (exit status {code}) binarizing the seq-KD data; "
-                           f"its log: {log_path}")
+def binarize(args, src: str, tgt: str, dest: str, pairs: int, tokens: int, key: dict):
+    """The walk's texts (WORK/seqkd.SRC, .TGT) binarized into ``dest`` with the data's
+    dictionaries, in pieces (:mod:`fairseq_distill.text.binarize`) kept in ``WORK/seqkd-pieces``
+    until they are joined and recorded in the walk's state file, so that a rerun of the same merge
+    binarizes only the pieces not finished: the files (``dict.LANG.txt`` too) are byte for byte
+    those of one fairseq-preprocess call. The train split must hold exactly ``pairs`` pairs;
+    ``tokens`` (both sides', </s> included) paces the progress line."""
+    from fairseq.data import Dictionary
+
+    texts = {lang: os.path.join(args.work, f"seqkd.{lang}") for lang in (src, tgt)}
+    dictionaries = {lang: os.path.join(args.data, f"dict.{lang}.txt") for lang in (src, tgt)}
+    pieces_dir = os.path.join(args.work, PIECES_DIR)
+    log_path = os.path.join(args.work, "preprocess.log")  # its counts, not the terminal's
+    count = max(1, len(pieces.piece_ranges(pairs, 1, pieces.PIECE_PAIRS)))
+    print(f"[seqkd] binarizing {pairs:,} pairs in {count} piece{'s' if count > 1 else ''} of at most "
+          f"{pieces.PIECE_PAIRS:,} with fairseq's binarizer (its log: {log_path})", flush=True)
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write(f"{texts[src]} and {texts[tgt]} binarized with the dictionaries of {args.data}\n")
+    record = BinarizedPieces(args, key)
+    pieces.binarize_train(src, tgt, texts, dictionaries, dest, pieces_dir, pairs, tokens, 1, record,
+                          tag="seqkd", what="binarizing", log_path=log_path)
+    record.forget()
+    pieces.remove_pieces(pieces_dir)
+    for lang in (src, tgt):  # what fairseq-preprocess writes beside the data: the dictionaries it used
+        Dictionary.load(dictionaries[lang]).save(os.path.join(dest, f"dict.{lang}.txt"))
+    shutil.copyfile(log_path, os.path.join(dest, "preprocess.log"))
     # binarized train must hold exactly the kept pairs
     written = count_side(dest, "train", src, tgt, tgt)
     if written != pairs:
         raise DistillError(f"binarized {written} pairs but wrote {pairs}")
-
-
-def watch_binarizing(dest: str, src: str, tgt: str, tokens: Optional[int], finished: threading.Event):
-    """Progress lines while fairseq-preprocess runs (it prints none): the .bin files it writes
-    against the bytes they will hold (2 bytes a token: the dictionaries are below 65,500 types)."""
-    if not tokens:
-        return
-    bins = [os.path.join(dest, f"train.{src}-{tgt}.{lang}.bin") for lang in (src, tgt)]
-    progress = Progress("seqkd", "binarizing", total=max(1, 2 * tokens >> 10), unit="kB")
-    while not finished.wait(5):
-        written = sum(os.path.getsize(b) for b in bins if os.path.exists(b)) >> 10
-        progress.update(written - progress.done)
 
 
 def copy_other_splits(data, out, n_train, source=None):

@@ -2,14 +2,17 @@
 each chunk's n-best lists read from the shards by the index (:mod:`fairseq_distill.seqkd.shard_index`),
 its sources and references from the binarized data (:class:`fairseq_distill.seqkd.inputs.Side`),
 its targets chosen (chrF, the 1-best, or MBR rankings) and its pairs written to the text files
-fairseq-preprocess binarizes. Nothing is held from one chunk to the next but the counts, so memory
+that are binarized. Nothing is held from one chunk to the next but the counts, so memory
 is one chunk's, whatever the corpus's size.
 
 The walk resumes. After each chunk, ``WORK/seqkd_merge.json`` records how far it went, the
 bytes written to each text file and the counts, with what the walk was made from (the shards'
 SHA-256, ``--data``'s content, the options): a merge interrupted after hours continues from the
 last whole chunk when run again with the same shards, data and options (the text files cut back to
-the recorded bytes), and one that had finished walking goes straight on to binarizing.
+the recorded bytes), and one that had finished walking goes straight on to binarizing. The
+binarization (:mod:`fairseq_distill.text.binarize`, a piece of the pairs at a time) records each
+finished piece in the same file (:class:`BinarizedPieces`), so that a merge interrupted while
+binarizing goes on from its last finished piece.
 """
 import json
 import os
@@ -76,10 +79,39 @@ def resumed(args, key: dict, paths: Dict[str, str]) -> Optional[Tally]:
 
 
 def save(args, key: dict, tally: Tally):
+    """The walk's record after a chunk (a record of binarized pieces is dropped: the texts changed)."""
+    write_state(args, {"key": key, "tally": asdict(tally)})
+
+
+def write_state(args, state: dict):
     path = os.path.join(args.work, STATE_FILE)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump({"key": key, "tally": asdict(tally)}, f)
+        json.dump(state, f)
     os.replace(path + ".tmp", path)
+
+
+class BinarizedPieces:
+    """The pieces of the walk's texts binarized so far (:func:`fairseq_distill.text.binarize.binarize_train`'s
+    record), kept in the walk's state file beside its tally: they stand while that record does (the
+    same shards, data and options, the walk finished), and a walk that writes again drops them."""
+
+    def __init__(self, args, key: dict):
+        self.args = args
+        with open(os.path.join(args.work, STATE_FILE), encoding="utf-8") as f:
+            self.state = json.load(f)
+        # the walk has just saved or resumed this record: its key is this merge's
+        self.done = dict(self.state.get("binarized", {})) if self.state.get("key") == key else {}
+
+    def finish(self, stage: str, value):
+        self.done[stage] = value
+        self.state["binarized"] = self.done
+        write_state(self.args, self.state)
+
+    def forget(self):
+        """The pieces joined and removed: nothing left to keep."""
+        self.done = {}
+        self.state.pop("binarized", None)
+        write_state(self.args, self.state)
 
 
 class Chooser:

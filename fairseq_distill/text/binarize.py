@@ -1,25 +1,33 @@
-"""Binarization for ``fsd-prepare-corpus`` that keeps its finished work: the joined dictionary,
-then the training text in pieces, each a recorded stage (:class:`~fairseq_distill.text.corpus_steps.Stages`),
-so that a rerun after an interruption binarizes only the pieces not finished.
+"""Binarization of training pairs that keeps its finished work, shared by the two tools that write
+training data: ``fsd-prepare-corpus`` (the segmented training text, with the joined dictionary it
+builds) and ``fsd-seqkd --merge`` (the pairs its walk wrote, with the data's dictionaries).
+
+:func:`binarize_train` binarizes the pairs in pieces of :data:`PIECE_PAIRS` (fewer when the
+corpus has fewer pieces than ``workers``, so that each worker has one), each a byte range of each
+side's text binarized by fairseq's own routine for one worker's share of a file, with the
+dictionaries given. Each finished piece is recorded in the caller's record (``done``, a dict, and
+``finish(name, value)``: :class:`~fairseq_distill.text.corpus_steps.Stages` for the preparation,
+the walk's state file for the merge), so that a rerun after an interruption binarizes only the
+pieces not finished. ``workers`` parallelises across pieces, not inside one: that many worker
+processes, each binarizing one side of a piece at a time. The finished pieces are concatenated with
+fairseq's ``MMapIndexedDatasetBuilder.merge_file_``, as fairseq-preprocess joins its workers'
+shares: the files are byte for byte those of one fairseq-preprocess call with those dictionaries.
+
+For ``fsd-prepare-corpus`` also:
 
 1. :func:`build_dictionary`: ``fairseq-preprocess --dict-only --joined-dictionary`` over the
-   segmented training text, the dictionary a single fairseq-preprocess call would build;
-2. :func:`binarize_train`: the training pairs in pieces of :data:`PIECE_PAIRS` (fewer when the
-   corpus has fewer pieces than ``--workers``, so that each worker has one), each a byte range of
-   ``tok/train.LANG`` binarized by fairseq's own routine for one worker's share of a file.
-   ``--workers`` parallelises across pieces, not inside one: that many worker processes, each
-   binarizing one side of a piece at a time. The finished pieces are concatenated
-   with fairseq's ``MMapIndexedDatasetBuilder.merge_file_``, as fairseq-preprocess joins its
-   workers' shares: the files are byte for byte those of one fairseq-preprocess call;
-3. :func:`binarize_evaluation`: valid and test sets by one fairseq-preprocess call with that
+   segmented training text, the dictionary a single fairseq-preprocess call would build, made
+   before the training pairs are binarized with it;
+2. :func:`binarize_evaluation`: valid and test sets by one fairseq-preprocess call with that
    dictionary (which also writes ``dict.LANG.txt`` into ``bin/``).
 """
 import math
 import os
+import shutil
 import subprocess
 import sys
 import threading
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.progress import Progress
@@ -112,9 +120,9 @@ def stage_name(first, end):
     return f"binarized train pairs {first + 1}-{end}"
 
 
-def binarize_piece(job) -> int:
+def binarize_piece(job) -> List[int]:
     """One piece of one side: ``(text file, byte range, dictionary, output prefix)`` binarized;
-    returns its tokens, ``</s>`` included."""
+    returns its tokens (``</s>`` included) and how many of them are ``<unk>`` in place of a word."""
     from fairseq.binarizer import FileBinarizer, VocabularyDatasetBinarizer
     from fairseq.data import Dictionary
 
@@ -123,7 +131,7 @@ def binarize_piece(job) -> int:
     # what fairseq-preprocess runs on each worker's share of a file (its dataset_impl default, mmap)
     summary = FileBinarizer._binarize_chunk_and_finalize(VocabularyDatasetBinarizer(vocab, append_eos=True), text,
                                                           start, end, prefix, "mmap", vocab_size=len(vocab))
-    return summary.num_tok
+    return [summary.num_tok, summary.num_replaced]
 
 
 def token_bytes(dictionary_path) -> int:
@@ -145,39 +153,75 @@ def written_bytes(directory) -> int:
     return total
 
 
-def binarize_train(src, tgt, tok_dir, dictionary_dir, bin_dir, pieces_dir, pairs, tokens, workers, stages):
-    """The training text binarized into ``bin_dir`` a piece at a time, each finished piece recorded
-    in ``stages``, then merged; ``tokens`` (both sides, ``</s>`` included) paces the progress line."""
-    if "merged train" in stages.done:
-        return
-    ranges = piece_ranges(pairs, workers, PIECE_PAIRS)
-    kept = [r for r in ranges if stage_name(*r) in stages.done]
-    todo = [r for r in ranges if stage_name(*r) not in stages.done]
+def piece_files(pieces_dir, src, tgt, first, end) -> List[str]:
+    return [piece_prefix(pieces_dir, src, tgt, first, end, lang) + ext for lang in (src, tgt) for ext in (".bin", ".idx")]
+
+
+def is_finished(record, pieces_dir, src, tgt, first, end) -> bool:
+    """A piece recorded as binarized, in the form recorded now (both sides' counts), with its files."""
+    done = record.done.get(stage_name(first, end))
+    return (isinstance(done, dict) and set(done) == {src, tgt}
+            and all(os.path.isfile(path) for path in piece_files(pieces_dir, src, tgt, first, end)))
+
+
+def binarize_train(src, tgt, texts: Dict[str, str], dictionaries: Dict[str, str], bin_dir, pieces_dir, pairs,
+                   tokens, workers, record, tag="prepare", what="binarizing train", log_path=None) -> int:
+    """The ``pairs`` pairs of ``texts`` (``{lang: text file}``, a pair a line) binarized with
+    ``dictionaries`` (``{lang: dict.LANG.txt}``) into ``bin_dir/train.SRC-TGT.LANG``: a piece at a
+    time into ``pieces_dir``, each finished piece recorded in ``record``, then joined (the pieces
+    stay until the caller, once it has recorded the join, calls :func:`remove_pieces`).
+    ``tokens`` (both sides, ``</s>`` included) paces the progress line; ``log_path``, when given,
+    gets the counts fairseq-preprocess logs. Returns the number of pieces."""
+    ranges = piece_ranges(pairs, workers, PIECE_PAIRS) or [(0, 0)]   # no pairs: the files of an empty text
+    kept = [r for r in ranges if is_finished(record, pieces_dir, src, tgt, *r)]
+    todo = [r for r in ranges if r not in kept]
     os.makedirs(pieces_dir, exist_ok=True)
-    keep = {os.path.basename(piece_prefix(pieces_dir, src, tgt, *r, lang)) + ext
-            for r in kept for lang in (src, tgt) for ext in (".bin", ".idx")}
+    keep = {os.path.basename(path) for r in kept for path in piece_files(pieces_dir, src, tgt, *r)}
     for name in os.listdir(pieces_dir):   # an unfinished piece is redone from its start
         if name not in keep:
             os.remove(os.path.join(pieces_dir, name))
-    dictionaries = {lang: os.path.join(dictionary_dir, f"dict.{lang}.txt") for lang in (src, tgt)}
     if kept:
-        print(f"[prepare] binarizing train: {len(kept)} of {len(ranges)} pieces kept from an earlier run "
+        print(f"[{tag}] {what}: {len(kept)} of {len(ranges)} pieces kept from an earlier run "
               f"({sum(end - first for first, end in kept):,} pairs), "
               f"{len(todo)} to binarize", flush=True)
     if todo:
-        remaining = tokens - sum(stages.done[stage_name(*r)] for r in kept)
+        remaining = tokens - sum(piece_tokens(record.done[stage_name(*r)]) for r in kept)
         of = f" ({len(todo)} of {len(ranges)} pieces; {len(kept)} kept)" if kept else ""
-        run_pieces(src, tgt, tok_dir, dictionaries, pieces_dir, ranges, todo, workers, stages, remaining,
-                   Progress("prepare", f"binarizing train{of}", unit="tokens",
-                            report=lambda line: print(line, flush=True)))
+        run_pieces(src, tgt, texts, dictionaries, pieces_dir, ranges, todo, workers, record, remaining,
+                   Progress(tag, f"{what}{of}", unit="tokens", report=lambda line: print(line, flush=True)))
     merge_pieces(src, tgt, bin_dir, pieces_dir, ranges, dictionaries)
-    stages.finish("merged train", len(ranges))
-    for name in os.listdir(pieces_dir):   # merged: no longer needed, and as large as the result
-        os.remove(os.path.join(pieces_dir, name))
+    if log_path:
+        log_counts(log_path, src, tgt, texts, dictionaries, pairs, ranges, len(kept), record)
+    return len(ranges)
 
 
-def run_pieces(src, tgt, tok_dir, dictionaries, pieces_dir, ranges, todo, workers, stages, remaining, progress):
-    texts = {lang: os.path.join(tok_dir, f"train.{lang}") for lang in (src, tgt)}
+def piece_tokens(done) -> int:
+    return sum(side[0] for side in done.values())
+
+
+def remove_pieces(pieces_dir):
+    """Joined: the pieces are no longer needed, and as large as the result."""
+    shutil.rmtree(pieces_dir, ignore_errors=True)
+
+
+def log_counts(log_path, src, tgt, texts, dictionaries, pairs, ranges, kept, record):
+    """What fairseq-preprocess logs of each side it binarizes: the dictionary's size, the pairs,
+    tokens and the share of words replaced by ``<unk>``."""
+    from fairseq.data import Dictionary
+
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"training pairs binarized by fairseq's binarizer in {len(ranges)} piece(s) of at most "
+                  f"{ranges[0][1] - ranges[0][0]:,} pairs ({kept} kept from an earlier run), joined as "
+                  f"fairseq-preprocess joins its workers' shares\n")
+        for lang in (src, tgt):
+            counts = [record.done[stage_name(*r)][lang] for r in ranges]
+            n, replaced = sum(c[0] for c in counts), sum(c[1] for c in counts)
+            log.write(f"[{lang}] Dictionary: {len(Dictionary.load(dictionaries[lang]))} types\n"
+                      f"[{lang}] {texts[lang]}: {pairs} sents, {n} tokens, "
+                      f"{100 * replaced / max(n, 1):.3}% replaced (by <unk>)\n")
+
+
+def run_pieces(src, tgt, texts, dictionaries, pieces_dir, ranges, todo, workers, record, remaining, progress):
     # a piece's byte range on each side, from where its first pair's line starts
     starts = [first for first, _ in ranges]
     offsets = {lang: dict(zip(starts + [ranges[-1][1]], line_offsets(texts[lang], starts + [ranges[-1][1]])))
@@ -204,7 +248,7 @@ def run_pieces(src, tgt, tok_dir, dictionaries, pieces_dir, ranges, todo, worker
     try:
         results = bounded_map(binarize_piece, jobs, pool, 2 * workers)
         for first, end in todo:   # both sides of a piece finished: recorded, in corpus order
-            stages.finish(stage_name(first, end), next(results) + next(results))
+            record.finish(stage_name(first, end), {src: list(next(results)), tgt: list(next(results))})
     finally:
         stop.set()
         watcher.join()

@@ -38,7 +38,7 @@ import shutil
 import time
 
 from fairseq_distill.errors import DistillError
-from fairseq_distill.text.binarize import binarize_evaluation, binarize_train, build_dictionary
+from fairseq_distill.text.binarize import binarize_evaluation, binarize_train, build_dictionary, remove_pieces
 from fairseq_distill.text.segmentation import META_FILE
 from fairseq_distill.text.corpus_steps import Stages, check_split, run_key, segment_split, write_subword_sample
 from fairseq_distill.text.files import file_sha256, first_few
@@ -323,9 +323,14 @@ def prepare(args):
     if "dictionary" not in stages.done:
         stages.finish("dictionary", build_dictionary(src, tgt, tok_dir, dictionary_dir, args.workers, log_path))
     train = segmented["train"]
-    binarize_train(src, tgt, tok_dir, dictionary_dir, bin_dir, os.path.join(stages.dir, "train-pieces"),
-                   train["pairs"], train["source_tokens"] + train["target_tokens"] + 2 * train["pairs"],
-                   args.workers, stages)
+    pieces_dir = os.path.join(stages.dir, "train-pieces")
+    if "merged train" not in stages.done:
+        stages.finish("merged train", binarize_train(
+            src, tgt, {lang: os.path.join(tok_dir, f"train.{lang}") for lang in (src, tgt)},
+            {lang: os.path.join(dictionary_dir, f"dict.{lang}.txt") for lang in (src, tgt)}, bin_dir, pieces_dir,
+            train["pairs"], train["source_tokens"] + train["target_tokens"] + 2 * train["pairs"], args.workers,
+            stages, log_path=log_path))
+    remove_pieces(pieces_dir)
     if "binarized valid and test" not in stages.done:
         binarize_evaluation(src, tgt, tok_dir, bin_dir, test_names, dictionary_dir, args.workers, log_path)
         stages.finish("binarized valid and test")

@@ -330,7 +330,25 @@ def test_beam_search_equals_fairseqs_with_its_length_penalty(tiny_data, fluent_t
                                  threads=threads, inter_threads=inter_threads)
     assert teacher.translator.num_translators == inter_threads
     sources = {i: s.split() for i, s in enumerate(load_side(tiny_data, "valid", "de", "en", "de"))}
-    result = teacher.decode(sources)
+    through, bars = [], []
+
+    class Bar:  # the progress of the sentences decoded again: its total, updates and close
+        def __init__(self, total):
+            self.total, self.done, self.closed = total, 0, False
+            bars.append(self)
+
+        def update(self, n):
+            self.done += n
+
+        def close(self):
+            self.closed = True
+
+    result = teacher.decode(sources, progress=through.append, again_bar=Bar)
+    # every sentence counts as it leaves CTranslate2, those at the length limit included; those
+    # have a bar of their own while fairseq decodes them again
+    assert sum(through) == len(sources)
+    assert [(b.total, b.done, b.closed) for b in bars] == \
+        ([(result.redecoded_with_fairseq,) * 2 + (True,)] if result.redecoded_with_fairseq else [])
     fairseq = FairseqTranslator(fluent_teacher, tiny_data, DecodingOptions(beam=5, lenpen=lenpen))
     want = {i: fairseq.translate_nbest([p], 3)[0] for i, p in sources.items()}
     assert result.at_length_limit == result.redecoded_with_fairseq < len(sources) // 2

@@ -328,9 +328,12 @@ class CTranslate2Teacher:
                 beam=o.beam, lenpen=o.lenpen, max_len_a=o.max_len_a, max_len_b=o.max_len_b))
         return self._fairseq
 
-    def decode(self, sources: Dict[int, List[str]], progress: Optional[Callable[[int], None]] = None
-               ) -> DecodeResult:
-        """The n-best lists (``options.nbest`` hypotheses, best first) of ``sources`` by id."""
+    def decode(self, sources: Dict[int, List[str]], progress: Optional[Callable[[int], None]] = None,
+               again_bar: Optional[Callable[[int], object]] = None) -> DecodeResult:
+        """The n-best lists (``options.nbest`` hypotheses, best first) of ``sources`` by id.
+        ``progress(n)``: n more sentences through CTranslate2 (those at the length limit included);
+        ``again_bar(total)``: a progress bar (``update``, ``close``) for the sentences decoded again
+        with fairseq, which with a weak teacher may be most of them."""
         o = self.options
         too_long = [sid for sid, pieces in sources.items() if len(pieces) + 1 > self.max_source_positions]
         if too_long:
@@ -349,7 +352,6 @@ class CTranslate2Teacher:
 
         try:
             for (limit, ids), outputs in translate_in_order(self.translator, calls(), self.inter_threads):
-                done = 0
                 for sid, out in zip(ids, outputs):
                     hyps = [list(h) for h in out.hypotheses]
                     if any(len(h) >= limit for h in hyps):
@@ -358,14 +360,19 @@ class CTranslate2Teacher:
                             again.append(sid)
                             continue
                     result.nbest[sid] = [strip_end(h) for h in rank(hyps, out.scores, o.lenpen)[:o.nbest]]
-                    done += 1
                 if progress:
-                    progress(done)
+                    progress(len(ids))
         except BatchFailed as e:
             raise batch_failure(e, {sid: len(pieces) for sid, pieces in sources.items()}, "subword",
                                 FALLBACK_HINT) from e
         if again:
-            redecoded = redecode_in_batches(self.fairseq(), sources, again, o.nbest, o.batch_size, progress)
+            bar = again_bar(len(again)) if again_bar else None
+            try:
+                redecoded = redecode_in_batches(self.fairseq(), sources, again, o.nbest, o.batch_size,
+                                                bar.update if bar else None)
+            finally:
+                if bar:
+                    bar.close()
             result.nbest.update(redecoded)
             result.redecoded_with_fairseq += len(redecoded)
         result.seconds = time.perf_counter() - started

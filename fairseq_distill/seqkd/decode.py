@@ -53,8 +53,10 @@ def generate_ctranslate2(args, inputs: Inputs, teacher, writer: ShardWriter):
     seconds, stats = 0.0, {"at_length_limit": 0, "redecoded_with_fairseq": 0}
     try:
         for start in range(0, len(ids), CT2_WINDOW):
-            result = teacher.decode({i: inputs[i].split() for i in ids[start:start + CT2_WINDOW]},
-                                    progress=bar.update)
+            result = teacher.decode(
+                {i: inputs[i].split() for i in ids[start:start + CT2_WINDOW]}, progress=bar.update,
+                again_bar=lambda n: progress_bar(n, f"teacher shard {args.shard_id}/{args.num_shards}: at the "
+                                                    f"length limit, decoded again with fairseq"))
             for sid in sorted(result.nbest):
                 writer.add(sid, [" ".join(h) for h in result.nbest[sid]])
             seconds += result.seconds

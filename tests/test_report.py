@@ -184,3 +184,22 @@ def test_a_model_of_other_dictionaries_is_refused(tiny_data, tiny_teacher, tmp_p
     said = report_error([f"lost={tmp_path / 'lost.pt'}", tiny_teacher, "--data", tiny_data,
                          "--out", str(tmp_path / "r")])
     assert "teacher 'lost'" in said and "its source embedding has 128 rows, the data's source dictionary" in said
+
+
+def test_the_teacher_is_not_tested_against_itself_in_the_markdown():
+    """The teacher is the paired test's baseline: its quality row has no test, and the paired
+    table has no row of it against itself (its JSON keeps that record, delta 0)."""
+    from fairseq_distill.report.report_output import quality_table, students_only
+
+    def model(name, role, delta, p, significant):
+        return {"name": name, "role": role, "parameters": 2_000_000, "int8_bleu_delta": None,
+                "quality": {"fairseq": {"bleu": 30.0 + delta, "chrf": 50.0}},
+                "paired_test": {"bleu": {"delta": delta, "p_value": p, "significant": significant}},
+                "size_bytes": {"checkpoint": 1 << 20}}
+
+    rows = quality_table({"models": [model("big", "teacher", 0.0, 0.001, False),
+                                     model("small", "student", -2.5, 0.001, True)]})[2:]
+    assert [row.split("|")[5].strip() for row in rows] == ["–", "-2.50 (p = 0.0010)"]
+    comparison = {"test": "bootstrap", "systems": {"big (itself)": {}, "small": {}}}
+    assert list(students_only(comparison)["systems"]) == ["small"]
+    assert list(comparison["systems"]) == ["big (itself)", "small"]  # the record is left whole

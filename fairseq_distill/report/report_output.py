@@ -51,10 +51,18 @@ def quality_table(record: dict) -> List[str]:
         mark = "" if test["significant"] else " †"
         int8 = (f"{m['quality']['ctranslate2-int8']['bleu']:.2f} ({m['int8_bleu_delta']:+.2f})"
                 if m["int8_bleu_delta"] is not None else "–")
+        # the teacher is the test's baseline: its test against itself says nothing
+        versus = "–" if m["role"] == "teacher" else f"{test['delta']:+.2f} (p = {test['p_value']:.4f}){mark}"
         lines.append(f"| {row_name(m)} | {params(m['parameters'])} | {q['bleu']:.2f} | {q['chrf']:.2f} | "
-                     f"{test['delta']:+.2f} (p = {test['p_value']:.4f}){mark} | {size(sizes['checkpoint'])} | "
+                     f"{versus} | {size(sizes['checkpoint'])} | "
                      f"{size(sizes.get('ctranslate2-float32'))} | {size(sizes.get('ctranslate2-int8'))} | {int8} |")
     return lines
+
+
+def students_only(comparison: dict) -> dict:
+    """The paired test's table without the teacher's row against itself (the baseline row shows it)."""
+    return {**comparison, "systems": {name: result for name, result in comparison["systems"].items()
+                                      if not name.endswith(" (itself)")}}
 
 
 def row_name(m: dict) -> str:
@@ -158,7 +166,7 @@ def markdown(record: dict, comparison: dict) -> str:
         lines += [f"## Latency at batch size 1, {t} thread{'s' if int(t) > 1 else ''} (ms)", "",
                   *latency_table(record, t), ""]
     lines += ["## GPU", "", *gpu_section(record), "",
-              f"## Paired test against {teacher}", "", *paired_markdown(comparison), "",
+              f"## Paired test against {teacher}", "", *paired_markdown(students_only(comparison)), "",
               f"## BLEU against speed on {threads[0]} CPU thread{'s' if int(threads[0]) > 1 else ''}", "",
               f"![BLEU against words/s]({record['files']['plot']})", "",
               "Pareto front (no other point is as fast and as good): " + ", ".join(

@@ -193,3 +193,26 @@ def reverse_train(data_bin):
         builder.finalize(prefix + ".new.idx")
         for ext in ("bin", "idx"):
             os.replace(f"{prefix}.new.{ext}", f"{prefix}.{ext}")
+
+
+class Interrupted(Exception):
+    """the machine stopping mid-way (an exception pytest lets through, unlike KeyboardInterrupt)"""
+
+
+def stop_binarizing_at(monkeypatch, binarize, stop_at):
+    """fairseq_distill.text.binarize's pieces stopped (Interrupted) when one named in the list
+    ``stop_at`` (e.g. "15-21") starts; the others run. Returns the names of the pieces started,
+    one per side, in order; empty ``stop_at`` (``.clear()``) to let every piece run."""
+    real_piece = binarize.binarize_piece
+    started = []
+
+    def interrupted(job):
+        # a job is one side of a piece: .../train.FIRST-LAST.SRC-TGT.LANG
+        piece = os.path.basename(job[-1]).split(".")[1]
+        if piece in stop_at:
+            raise Interrupted
+        started.append(piece)
+        return real_piece(job)
+
+    monkeypatch.setattr(binarize, "binarize_piece", interrupted)
+    return started

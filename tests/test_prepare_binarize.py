@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from helpers import Interrupted, stop_binarizing_at
+
 pytestmark = pytest.mark.slow  # fairseq-preprocess runs as a command
 
 WORDS = "ein hund der die mann frau sitzt auf einer bank im park und sieht zu wie kinder spielen".split()
@@ -107,21 +109,8 @@ def test_an_interrupted_binarization_keeps_its_finished_pieces(whole, tmp_path, 
 
     raw, one_piece = whole
     monkeypatch.setattr(binarize, "PIECE_PAIRS", SMALL_PIECE)
-    real_piece = binarize.binarize_piece
-    started, stop_at = [], ["15-21"]
-
-    class Interrupted(Exception):
-        """the machine stopping mid-way (an exception pytest lets through, unlike KeyboardInterrupt)"""
-
-    def interrupted(job):
-        # a job is one side of a piece: .../train.FIRST-LAST.de-en.LANG
-        piece = os.path.basename(job[-1]).split(".")[1]
-        if piece in stop_at:
-            raise Interrupted
-        started.append(piece)
-        return real_piece(job)
-
-    monkeypatch.setattr(binarize, "binarize_piece", interrupted)
+    stop_at = ["15-21"]
+    started = stop_binarizing_at(monkeypatch, binarize, stop_at)
     out = tmp_path / "out"
     with pytest.raises(Interrupted):
         corpus.prepare(arguments(raw, out))

@@ -15,16 +15,13 @@ import fairseq_distill.text.binarize as binarize
 from fairseq_distill.seqkd.decode import write_shard
 from fairseq_distill.seqkd.inputs import SeqKDJob, load_side, sources_digest
 from fairseq_distill.seqkd.job import make_seqkd_data
+from helpers import Interrupted, stop_binarizing_at
 
 N = 400
 SMALL_PIECE = 90  # the 399 pairs kept: pieces 1-90, 91-180, 181-270, 271-360, 361-399
 PIECES = ["1-90", "91-180", "181-270", "271-360", "361-399"]
 UNKNOWN = "qqqxqqq"  # in no dictionary: binarized as <unk>
 TIMED = ("seqkd_summary.json", "preprocess.log")  # the merge's time; the log names the work directory
-
-
-class Interrupted(Exception):
-    """the machine stopping mid-way (an exception pytest lets through, unlike KeyboardInterrupt)"""
 
 
 @pytest.fixture(scope="module")
@@ -109,18 +106,8 @@ def test_an_interrupted_binarization_keeps_its_finished_pieces(tiny_data, shards
     """Interrupted after its second piece, the same merge again walks nothing, says what it keeps,
     binarizes only the other pieces and writes the files of a merge never interrupted."""
     monkeypatch.setattr(binarize, "PIECE_PAIRS", SMALL_PIECE)
-    real_piece = binarize.binarize_piece
-    started, stop_at = [], ["181-270"]
-
-    def interrupted(job):
-        # a job is one side of a piece: .../train.FIRST-LAST.de-en.LANG
-        piece = os.path.basename(job[-1]).split(".")[1]
-        if piece in stop_at:
-            raise Interrupted
-        started.append(piece)
-        return real_piece(job)
-
-    monkeypatch.setattr(binarize, "binarize_piece", interrupted)
+    stop_at = ["181-270"]
+    started = stop_binarizing_at(monkeypatch, binarize, stop_at)
     with pytest.raises(Interrupted):
         seqkd_merge(tiny_data, shards, tmp_path)
     assert started == ["1-90", "1-90", "91-180", "91-180"]  # source, then target side
@@ -148,13 +135,7 @@ def test_pieces_of_another_merge_are_not_kept(tiny_data, shards, tmp_path, monke
     are not kept."""
     monkeypatch.setattr(binarize, "PIECE_PAIRS", SMALL_PIECE)
     real_piece = binarize.binarize_piece
-
-    def interrupted(job):
-        if ".181-270." in os.path.basename(job[-1]):
-            raise Interrupted
-        return real_piece(job)
-
-    monkeypatch.setattr(binarize, "binarize_piece", interrupted)
+    stop_binarizing_at(monkeypatch, binarize, ["181-270"])
     with pytest.raises(Interrupted):
         seqkd_merge(tiny_data, shards, tmp_path)
     monkeypatch.setattr(binarize, "binarize_piece", real_piece)

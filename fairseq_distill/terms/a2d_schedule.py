@@ -61,32 +61,23 @@ class DecaySchedule:
         return (f"weight β·{self.decay}^(e − 1), e running from 1 to {AUTHORS_EPOCHS} (the authors' run "
                 f"length) over this run's {unit}")
 
-    def course_points(self) -> List[Tuple[str, float]]:
-        """(where, weight) along this run: epochs 1, 2, … (the last one where the run's length is
-        known), or updates at quarters of --max-update (or at multiples of N without it)."""
+    def course(self) -> str:
+        """The start-up line's account of the weight over this run: at epochs 1, 2, … (the last
+        one where the run's length is known, '…' over a gap), or at quarters of --max-update (at
+        multiples of N without it): 'β 1 (epoch 1) → 0.031 (epoch 2) → …'."""
         if self.by_updates:
             if self.max_update:
                 updates = [round(self.max_update * q / 4) for q in range(5)]
             else:
                 updates = [0] + [k * self.decay_updates for k in (1, 5, 10, 20)]
-            return [(f"update {u}", self.at(1, u)) for u in updates]
-        last = self.max_epoch or max(2, self.epochs_acting(limit=200) + 1)
-        epochs = list(range(1, last + 1))
-        if len(epochs) > COURSE_POINTS:
-            epochs = epochs[:COURSE_POINTS - 1] + [last]
-        return [(f"epoch {e}", self.at(e, 0)) for e in epochs]
-
-    def course(self) -> str:
-        """The start-up line's account of the weight: 'β 1 (epoch 1) → 0.031 (epoch 2) → …'."""
-        points = self.course_points()
-        text, previous = [], None
-        for where, weight in points:
-            number = int(where.split()[1])
-            if previous is not None and number != previous + 1 and not self.by_updates:
-                text.append("…")
-            text.append(f"{weight:.2g} ({where})")
-            previous = number
-        return "β " + " → ".join(text)
+            points = [f"{self.at(1, u):.2g} (update {u})" for u in updates]
+        else:
+            last = self.max_epoch or max(2, self.epochs_acting(limit=200) + 1)
+            epochs = list(range(1, min(last, COURSE_POINTS - 1) + 1))
+            points = [f"{self.at(e, 0):.2g} (epoch {e})" for e in epochs]
+            if last > epochs[-1]:
+                points += (["…"] if last > epochs[-1] + 1 else []) + [f"{self.at(last, 0):.2g} (epoch {last})"]
+        return "β " + " → ".join(points)
 
     def epochs_acting(self, limit: Optional[int] = None) -> int:
         """Epochs of an epoch-stepped schedule whose weight is at least ACTIVE_SHARE of β."""

@@ -578,7 +578,8 @@ def test_seqkd_table_gives_the_speed_ratio_to_fairseq_of_the_same_teacher_and_se
 
     table = seqkd_table([
         row("fs", "fairseq", 300.0, merge_seconds=9.4, redecoded_with_fairseq=0),
-        row("ct2", "ctranslate2", 100.0, compute_type="int8", merge_seconds=10.0, redecoded_with_fairseq=265),
+        row("ct2", "ctranslate2", 100.0, compute_type="int8", merge_seconds=10.0, redecoded_with_fairseq=265,
+            targets_bleu=31.456, targets_chrf=55.0),
         row("fs4", "fairseq", 330.0, nbest=4),
         row("ct4", "ctranslate2", 110.0, nbest=4),
         row("other-teacher", "ctranslate2", 50.0, teacher="t2"),
@@ -586,7 +587,9 @@ def test_seqkd_table_gives_the_speed_ratio_to_fairseq_of_the_same_teacher_and_se
     cells = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in table.splitlines()[4:]}
     assert cells["fs"][6] == "1.00" and cells["ct2"][6] == "3.00" and cells["ct4"][6] == "3.00"
     assert cells["other-teacher"][6] == "-"  # no fairseq row of that teacher
-    assert cells["ct2"][9] == "10 s" and cells["ct2"][12] == "265 |" and cells["fs4"][9] == "-"
+    assert cells["ct2"][9] == "10 s" and cells["ct2"][12] == "265" and cells["fs4"][9] == "-"
+    # the targets' own scores against the references, '-' where not recorded
+    assert cells["ct2"][13] == "31.46, 55.00 |" and cells["fs"][13] == "-, - |"
 
 
 def test_results_caption_names_the_decoding_settings_that_change_the_score():

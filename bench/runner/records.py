@@ -17,6 +17,7 @@ from fairseq_distill.errors import DistillError
 
 from .host import SPEED_SETUP, cpu_model
 from .plan import Plan
+from .seqkd_quality import target_scores
 
 
 def completed_epochs(iterator_state) -> int:
@@ -105,7 +106,10 @@ def seqkd_record(plan: Plan, step, wall_seconds: float) -> dict:
     out = plan.planned_record(step)["data_bin"]
     with open(os.path.join(out, "seqkd_summary.json")) as f:
         summary = json.load(f)
-    return {"kind": "seqkd", "data_bin": out, "wall_seconds": round(wall_seconds, 1), "cpu": cpu_model(), **summary}
+    src, tgt = plan.data_source()[:2]
+    quality = target_scores(plan.data_bin, out, src, tgt, summary.get("targets", 1))
+    return {"kind": "seqkd", "data_bin": out, "wall_seconds": round(wall_seconds, 1), "cpu": cpu_model(), **summary,
+            **quality}
 
 
 def cache_record(plan: Plan, step, wall_seconds: float) -> dict:

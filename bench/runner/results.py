@@ -305,8 +305,9 @@ def seqkd_table(datasets) -> str:
             fairseq_seconds.setdefault(settings(r), r["decode_seconds"])
     lines = ["Sequence-level KD data (fsd-seqkd):", "",
              "| data | decoder | beam | n-best, selection | sentences | decode time | × fairseq | sentences/s | "
-             "tokens/s | merge time | not the 1-best | at the length limit | re-decoded with fairseq |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "tokens/s | merge time | not the 1-best | at the length limit | re-decoded with fairseq | "
+             "targets' BLEU, chrF against the references |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in datasets:
         decoder = r.get("backend", "fairseq") + (f" {r['compute_type']}" if r.get("compute_type") else "")
         tokens_per_second = (r["hypothesis_tokens"] / r["decode_seconds"]
@@ -321,7 +322,8 @@ def seqkd_table(datasets) -> str:
                      f"{'-' if tokens_per_second is None else format(tokens_per_second, '.0f')} | "
                      f"{get(r, 'merge_seconds', '{:.0f} s')} | "
                      f"{get(r, 'selected_other_than_1best', '{:,}')} | {get(r, 'hypotheses_at_length_limit', '{:,}')} | "
-                     f"{get(r, 'redecoded_with_fairseq', '{:,}')} |")
+                     f"{get(r, 'redecoded_with_fairseq', '{:,}')} | "
+                     f"{get(r, 'targets_bleu', '{:.2f}')}, {get(r, 'targets_chrf', '{:.2f}')} |")
     return "\n".join(lines)
 
 

@@ -190,14 +190,14 @@ def test_a_shard_of_another_teacher_or_data_is_decoded_again_and_says_why(tmp_pa
     os.makedirs(args.work)
     write_shard(args.work, 0, 1, settings, {}, [])
     decoded = []
-    decode_shards(args, dict(settings), lambda: decoded.append(1))
+    assert decode_shards(args, dict(settings), lambda: decoded.append(1))[1] == 1  # one shard kept
     assert decoded == [] and "kept from an earlier run" in capsys.readouterr().out
     # the teacher retrained at the same path, to the same size
     teacher.write_bytes(b"weights B")
     args.shard_id = None
     retrained = decoding_settings(args, [str(teacher)], None)
     retrained["train_source_sha256"] = settings["train_source_sha256"]
-    decode_shards(args, retrained, lambda: decoded.append(1))
+    assert decode_shards(args, retrained, lambda: decoded.append(1))[1] == 0
     assert decoded == [1] and "decoding again: the earlier run's teacher differ(s)" in capsys.readouterr().out
     # the same sentences binarized in another order
     args.shard_id = None
@@ -205,6 +205,19 @@ def test_a_shard_of_another_teacher_or_data_is_decoded_again_and_says_why(tmp_pa
     assert reordered["train_source_sha256"] != settings["train_source_sha256"]
     decode_shards(args, reordered, lambda: decoded.append(1))
     assert decoded == [1, 1] and "train_source_sha256" in capsys.readouterr().out
+
+
+def test_the_summary_gives_no_decoding_rate_over_shards_kept_from_an_earlier_run():
+    """Shards decoded once and merged again with another --select took no time in this run: the
+    summary says they were kept, and a rate over them (sentences / ~0 s) is not given."""
+    from fairseq_distill.seqkd.job import decoding_summary
+
+    assert decoding_summary((0.02, 2), num_shards=2, sentences=29000) == {"shards_kept": 2}
+    assert decoding_summary((100.0, 0), num_shards=2, sentences=29000) == {
+        "decode_seconds": 100.0, "sentences_per_second": 290.0}
+    # one of two kept: this run's time, no rate (the time covers half the sentences)
+    assert decoding_summary((50.04, 1), num_shards=2, sentences=29000) == {"decode_seconds": 50.0, "shards_kept": 1}
+    assert decoding_summary(None, num_shards=1, sentences=0) == {}
 
 
 # -- the collapse watch across a resume ----------------------------------------------------------

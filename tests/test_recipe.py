@@ -583,6 +583,7 @@ def test_seqkd_table_gives_the_speed_ratio_to_fairseq_of_the_same_teacher_and_se
         row("fs4", "fairseq", 330.0, nbest=4),
         row("ct4", "ctranslate2", 110.0, nbest=4),
         row("other-teacher", "ctranslate2", 50.0, teacher="t2"),
+        row("reselected", "fairseq", None, nbest=4, select="mbr", shards_kept=1),
     ])
     cells = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in table.splitlines()[4:]}
     assert cells["fs"][6] == "1.00" and cells["ct2"][6] == "3.00" and cells["ct4"][6] == "3.00"
@@ -590,6 +591,8 @@ def test_seqkd_table_gives_the_speed_ratio_to_fairseq_of_the_same_teacher_and_se
     assert cells["ct2"][9] == "10 s" and cells["ct2"][12] == "265" and cells["fs4"][9] == "-"
     # the targets' own scores against the references, '-' where not recorded
     assert cells["ct2"][13] == "31.46, 55.00 |" and cells["fs"][13] == "-, - |"
+    # its shard decoded by another step: no time, no ratio, no rate
+    assert cells["reselected"][5:8] == ["shards kept", "-", "-"]
 
 
 def test_results_caption_names_the_decoding_settings_that_change_the_score():

@@ -290,7 +290,8 @@ def recipe_markdown(meta) -> str:
 
 def seqkd_table(datasets) -> str:
     """The seq-KD data steps: how the teacher decoded and how fast (rows made before a field was
-    recorded show '-'). "× fairseq" is the decode time of the fairseq-decoded row with the same
+    recorded show '-'; "shards kept": decoded once, by another step with the same decoding
+    settings). "× fairseq" is the decode time of the fairseq-decoded row with the same
     teacher, beam and n-best settings divided by this row's."""
     def get(r, key, fmt="{}"):
         return "-" if r.get(key) is None else fmt.format(r[key])
@@ -298,6 +299,11 @@ def seqkd_table(datasets) -> str:
     def settings(r):
         return (str((r.get("uses") or {}).get("teacher")), r.get("beam"), r.get("nbest", 1),
                 r.get("select") if r.get("nbest", 1) > 1 else None)
+
+    def decode_time(r):
+        if r.get("shards_kept") and r.get("decode_seconds") is None:
+            return "shards kept"  # decoded by an earlier step or run with the same settings
+        return get(r, "decode_seconds", "{:.0f} s") + (f" ({r['shards_kept']} shards kept)" if r.get("shards_kept") else "")
 
     fairseq_seconds = {}
     for r in datasets:
@@ -318,7 +324,7 @@ def seqkd_table(datasets) -> str:
         lines.append(f"| {r['name']} | {decoder} | {get(r, 'beam')} | "
                      f"{'1' if nbest == 1 else str(nbest) + ', ' + str(r.get('select'))}"
                      f"{', ' + str(r['targets']) + ' targets' if r.get('targets', 1) > 1 else ''} | {r['sentences']:,} | "
-                     f"{get(r, 'decode_seconds', '{:.0f} s')} | {ratio} | {get(r, 'sentences_per_second', '{:.1f}')} | "
+                     f"{decode_time(r)} | {ratio} | {get(r, 'sentences_per_second', '{:.1f}')} | "
                      f"{'-' if tokens_per_second is None else format(tokens_per_second, '.0f')} | "
                      f"{get(r, 'merge_seconds', '{:.0f} s')} | "
                      f"{get(r, 'selected_other_than_1best', '{:,}')} | {get(r, 'hypotheses_at_length_limit', '{:,}')} | "

@@ -35,7 +35,7 @@ the merge, or under ``--on-missing reference`` is left out; either way it is cou
 import json
 import os
 import time
-from typing import Optional
+from typing import Optional, Tuple
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.text.segmentation import load_meta
@@ -102,17 +102,19 @@ def external_teacher(args: SeqKDJob, src: str, tgt: str, sources):
     return inputs, settings, lambda: external_shard(args, teacher, raw, settings)
 
 
-def decode_shards(args: SeqKDJob, settings: dict, generate) -> Optional[float]:
-    """Decode the shards asked for, keeping those already decoded with ``settings``; the
-    seconds taken, or None when only one shard of many was asked for (merged later)."""
+def decode_shards(args: SeqKDJob, settings: dict, generate) -> Optional[Tuple[float, int]]:
+    """Decode the shards asked for, keeping those already decoded with ``settings``: (the seconds
+    taken, how many shards were kept), or None when only one shard of many was asked for
+    (merged later)."""
     shard_ids = [args.shard_id] if args.shard_id is not None else range(args.num_shards)
-    started = time.time()
+    started, kept = time.time(), 0
     for shard_id in shard_ids:
         args.shard_id = shard_id
         found = shard_settings(args)
         if found == json.loads(json.dumps(settings)):
             print(f"[seqkd] shard {shard_id}/{args.num_shards}: kept from an earlier run with the same "
                   f"teacher, data and settings ({shard_path(args.work, shard_id, args.num_shards)})")
+            kept += 1
             continue
         if found is not None:
             differ = sorted(k for k in set(found) | set(settings) if found.get(k) != settings.get(k))
@@ -121,7 +123,24 @@ def decode_shards(args: SeqKDJob, settings: dict, generate) -> Optional[float]:
         generate()
     if len(shard_ids) != args.num_shards:
         return None
-    return time.time() - started
+    return time.time() - started, kept
+
+
+def decoding_summary(decoded: Optional[Tuple[float, int]], num_shards: int, sentences: int) -> dict:
+    """The summary's account of this run's decoding: its time, and the rate only where this run
+    decoded every shard (shards kept from an earlier run took no time here: a rate over them
+    would be meaningless)."""
+    if decoded is None:
+        return {}
+    seconds, kept = decoded
+    if kept == num_shards:
+        return {"shards_kept": kept}
+    summary = {"decode_seconds": round(seconds, 1)}
+    if kept:
+        summary["shards_kept"] = kept
+    else:
+        summary["sentences_per_second"] = round(sentences / max(seconds, 1e-9), 1)
+    return summary
 
 
 def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
@@ -163,9 +182,9 @@ def make_locked(args: SeqKDJob) -> Optional[dict]:
         if not args.out:
             raise DistillError("--out is required: the new data directory")
         translations_shard(args, sources)
-        decode_seconds = None  # nothing was decoded: the one shard is merged
+        decoded = None  # nothing was decoded: the one shard is merged
     elif args.merge:
-        decode_seconds = None
+        decoded = None
     else:
         if args.teacher_ctranslate2:
             inputs, settings, generate = external_teacher(args, src, tgt, sources)
@@ -176,8 +195,8 @@ def make_locked(args: SeqKDJob) -> Optional[dict]:
                                "CTranslate2 model; or --teacher-translations FILE: translations made elsewhere)")
         # in place: the decoding function writes this same dict into each shard's header
         settings["train_source_sha256"] = sources_digest(sources)
-        decode_seconds = decode_shards(args, settings, generate)
-        if decode_seconds is None:
+        decoded = decode_shards(args, settings, generate)
+        if decoded is None:
             if args.select == "mbr":  # ranked where it was decoded: the merge finds it ready
                 from fairseq_distill.seqkd.mbr_shards import rank_decoded_shard
 
@@ -185,9 +204,7 @@ def make_locked(args: SeqKDJob) -> Optional[dict]:
             return None  # one shard of many: merge later
     if not args.out:
         raise DistillError("--out is required to merge")
-    extra = {} if decode_seconds is None else {
-        "decode_seconds": round(decode_seconds, 1),
-        "sentences_per_second": round(len(inputs) / max(decode_seconds, 1e-9), 1)}
+    extra = decoding_summary(decoded, args.num_shards, len(inputs) if decoded else 0)
     summary = write_output(args, lambda directory: merge(args, src, tgt, inputs, directory), extra)
     print("[seqkd] " + ", ".join(f"{k} {v:,}" if isinstance(v, int) and not isinstance(v, bool)
                                  else f"{k} {v}" for k, v in summary.items()))

@@ -107,7 +107,11 @@ def seqkd_record(plan: Plan, step, wall_seconds: float) -> dict:
     with open(os.path.join(out, "seqkd_summary.json")) as f:
         summary = json.load(f)
     src, tgt = plan.data_source()[:2]
-    quality = target_scores(plan.data_bin, out, src, tgt, summary.get("targets", 1))
+    try:
+        quality = target_scores(plan.data_bin, out, src, tgt, summary.get("targets", 1))
+    except ValueError as e:  # rows that are not the training pairs' (a monolingual source): no score
+        print(f"[runner] {step['name']}: its targets are not scored against the references: {e}", flush=True)
+        quality = {}
     return {"kind": "seqkd", "data_bin": out, "wall_seconds": round(wall_seconds, 1), "cpu": cpu_model(), **summary,
             **quality}
 

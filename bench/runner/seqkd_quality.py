@@ -27,37 +27,35 @@ def desegmenter(data_bin: str):
     return lambda line: post_process(line, symbol)
 
 
+def sentences(side: Side):
+    """Every sentence of a binarized side, in order, read a chunk at a time."""
+    for start in range(0, len(side), CHUNK):
+        yield from side.read(start, start + CHUNK)
+
+
 def paired_rows(original_bin: str, seqkd_bin: str, src: str, tgt: str, targets: int = 1) -> Tuple[List[str], List[str]]:
     """(seq-KD targets, their references), desegmented, one pair per row of the seq-KD data
     (``targets``: at most this many rows per source, so that a source repeated in the corpus
     moves on to its next occurrence)."""
-    old_src, old_tgt = Side(original_bin, "train", src, tgt, src), Side(original_bin, "train", src, tgt, tgt)
-    new_src, new_tgt = Side(seqkd_bin, "train", src, tgt, src), Side(seqkd_bin, "train", src, tgt, tgt)
+    def side(data_bin, lang):
+        return sentences(Side(data_bin, "train", src, tgt, lang))
+
     plain = desegmenter(original_bin)
+    original = zip(side(original_bin, src), side(original_bin, tgt))
     hypotheses, references = [], []
-    at, rows_at = -1, 0  # the original sentence the last seq-KD row belonged to, and its rows so far
-    old_sources: List[str] = []
-    old_start = 0
-
-    def old_source(i: int) -> str:
-        nonlocal old_sources, old_start
-        if not old_start <= i < old_start + len(old_sources):
-            old_start, old_sources = i, old_src.read(i, i + CHUNK)
-        return old_sources[i - old_start]
-
-    for start in range(0, len(new_src), CHUNK):
-        for source, target in zip(new_src.read(start, start + CHUNK), new_tgt.read(start, start + CHUNK)):
-            # the same source again (another target of the same sentence) or a later one
-            if at < 0 or rows_at == targets or old_source(at) != source:
-                at, rows_at = at + 1, 0
-                while at < len(old_src) and old_source(at) != source:
-                    at += 1
-                if at >= len(old_src):
-                    raise ValueError(f"{seqkd_bin}: row {len(hypotheses)}'s source is not among {original_bin}'s "
-                                     f"training sources in corpus order")
-            rows_at += 1
-            hypotheses.append(plain(target))
-            references.append(plain(old_tgt[at]))
+    source_at, reference, rows_at = None, None, 0  # the original pair the last row belonged to
+    for source, target in zip(side(seqkd_bin, src), side(seqkd_bin, tgt)):
+        if rows_at == targets or source != source_at:  # a later sentence: the next with this source
+            for source_at, reference in original:
+                if source_at == source:
+                    break
+            else:
+                raise ValueError(f"{seqkd_bin}: row {len(hypotheses)}'s source is not among {original_bin}'s "
+                                 f"training sources in corpus order")
+            reference, rows_at = plain(reference), 0
+        rows_at += 1
+        hypotheses.append(plain(target))
+        references.append(reference)
     return hypotheses, references
 
 

@@ -305,6 +305,11 @@ def seqkd_table(datasets) -> str:
             return "shards kept"  # decoded by an earlier step or run with the same settings
         return get(r, "decode_seconds", "{:.0f} s") + (f" ({r['shards_kept']} shards kept)" if r.get("shards_kept") else "")
 
+    def targets_score(r):
+        if r.get("targets_bleu") is None and r.get("targets_chrf") is None:
+            return "-"
+        return f"{get(r, 'targets_bleu', '{:.2f}')}, {get(r, 'targets_chrf', '{:.2f}')}"
+
     fairseq_seconds = {}
     for r in datasets:
         if r.get("backend", "fairseq") == "fairseq" and r.get("decode_seconds"):
@@ -329,7 +334,7 @@ def seqkd_table(datasets) -> str:
                      f"{get(r, 'merge_seconds', '{:.0f} s')} | "
                      f"{get(r, 'selected_other_than_1best', '{:,}')} | {get(r, 'hypotheses_at_length_limit', '{:,}')} | "
                      f"{get(r, 'redecoded_with_fairseq', '{:,}')} | "
-                     f"{get(r, 'targets_bleu', '{:.2f}')}, {get(r, 'targets_chrf', '{:.2f}')} |")
+                     f"{targets_score(r)} |")
     return "\n".join(lines)
 
 

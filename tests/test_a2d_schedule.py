@@ -1,6 +1,6 @@
 """A2D's attention weight over a run (fairseq_distill/terms/a2d_schedule.py): its value per
-epoch and per update, the start-up line's course, and the warning of a run in which the term
-acts for too few updates. Expected values are worked out by hand from β·0.9^x."""
+epoch and per update, the start-up line's course, and the warning of a run too short for
+the term. Expected values are worked out by hand from β·0.9^x."""
 import logging
 
 import pytest
@@ -50,13 +50,24 @@ def test_updates_acting_counts_the_updates_at_a_tenth_of_beta_or_more():
     assert DecaySchedule(0.0, 0.9, "run", max_epoch=4).updates_acting(100) == 0
 
 
-def test_short_action_warns_with_the_options_that_lengthen_it():
-    short = DecaySchedule(1.0, 0.9, "run", max_epoch=4).short_action_warning(135)
-    assert "only about 135 updates" in short and "--a2d-decay-updates N" in short and "--a2d-decay" in short
+def test_a_run_under_a_thousand_updates_warns_with_the_terms_span_and_what_to_do():
+    # 4 epochs of 135 updates: 540 updates, the term at >= 0.1·β in epoch 1 only (135 updates)
+    short = DecaySchedule(1.0, 0.9, "run", max_epoch=4).short_run_warning(135)
+    assert "about 540 updates" in short and "for about 135 of them" in short
     assert "β 1 (epoch 1) → 0.031 (epoch 2)" in short
-    assert DecaySchedule(1.0, 0.9, "run", max_epoch=10).short_action_warning(270) is None  # 540 updates
-    assert DecaySchedule(1.0, 0.9, "run", max_epoch=4).short_action_warning() is None  # not known yet
-    assert DecaySchedule(0.0, 0.9, "run", max_epoch=4).short_action_warning(10) is None  # the term is off
+    assert "--a2d-weight 0" in short and "--a2d-decay-updates N" in short and "a2d.md#run-length" in short
+    assert DecaySchedule(1.0, 0.9, "run", max_epoch=10).short_run_warning(135) is None  # 1,350 updates
+    assert DecaySchedule(1.0, 0.9, "run", max_epoch=4).short_run_warning() is None  # not known yet
+    assert DecaySchedule(0.0, 0.9, "run", max_epoch=4).short_run_warning(10) is None  # the term is off
+    # --max-update bounds the run from the start; with --max-epoch too, the smaller bound counts
+    assert "about 500 updates" in DecaySchedule(1.0, 0.9, "run", max_update=500).short_run_warning()
+    assert DecaySchedule(1.0, 0.9, "run", max_update=1000).short_run_warning() is None
+    both = DecaySchedule(1.0, 0.9, "epoch", max_epoch=4, max_update=2000)
+    assert both.run_updates() == 2000 and both.run_updates(135) == 540
+    assert "about 540 updates" in both.short_run_warning(135)
+    # per epoch, bounded by updates: short from the start, its span unknown before an epoch has run
+    early = DecaySchedule(1.0, 0.9, "epoch", max_update=500).short_run_warning()
+    assert "about 500 updates; β 1 (epoch 1)" in early and "of them" not in early
 
 
 def test_the_term_states_its_course_at_start_up_and_warns_after_the_first_epoch(caplog):
@@ -65,16 +76,16 @@ def test_the_term_states_its_course_at_start_up_and_warns_after_the_first_epoch(
     with caplog.at_level(logging.INFO, logger="fairseq_distill.terms.attention"):
         term = run_term(decay_schedule="run", max_epoch=4)
     assert "β 2 (epoch 1) → 0.062 (epoch 2)" in caplog.text
-    assert "acts (weight" not in caplog.text
+    assert "this run is short" not in caplog.text  # its length is known after the first epoch
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="fairseq_distill.terms.attention"):
         term.num_updates = 135
         term.begin_epoch(2)
         term.begin_epoch(3)
-    assert caplog.text.count("only about 135 updates") == 1
+    assert caplog.text.count("this run is short (about 540 updates") == 1
     assert term.epoch == 3 and term.current_weight() == pytest.approx(2 * 0.9 ** 66)
     # a run bounded by updates is judged at start-up
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="fairseq_distill.terms.attention"):
         run_term(decay_schedule="run", max_update=500)
-    assert "only about 110 updates" in caplog.text
+    assert "this run is short (about 500 updates" in caplog.text and "for about 110 of them" in caplog.text

@@ -1,6 +1,6 @@
 """A2D's attention weight over a run: its value at an epoch or update, its course over this run
-(stated at start-up), and for how many updates it acts, so that a run in which the term would
-barely pull is told so before hours are spent on it.
+(stated at start-up), for how many updates it acts, and a warning for a run too short for the
+term to have been seen to help, given before hours are spent on it.
 
 Schedules (``--a2d-decay-schedule``, ``--a2d-decay-updates``):
 
@@ -18,7 +18,10 @@ from typing import List, Optional, Tuple
 # the authors' runs: --max-epoch 100 (train_student.sh), so their weight falls to 0.9^99·β
 AUTHORS_EPOCHS = 100
 ACTIVE_SHARE = 0.1  # the term acts while its weight is at least this share of β
-MIN_ACTIVE_UPDATES = 300  # a run in which it acts for fewer updates is warned about
+# Runs of fewer updates warn: in the papers' setting the term added nothing to its own word-level
+# KD in runs this short, whatever its schedule, and cost BLEU where it acted longer
+# (docs/methods/a2d.md#run-length has the measured rows behind this bound).
+SHORT_RUN_UPDATES = 1000
 COURSE_POINTS = 6  # the most points of the start-up line
 
 
@@ -104,16 +107,26 @@ class DecaySchedule:
             return math.inf
         return self.epochs_acting() * updates_per_epoch
 
-    def short_action_warning(self, updates_per_epoch: Optional[float] = None) -> Optional[str]:
-        """A warning where the term acts for fewer than MIN_ACTIVE_UPDATES updates, naming the
-        options that lengthen it; None otherwise (or while that is not known yet)."""
-        span = self.updates_acting(updates_per_epoch)
-        if span is None or span >= MIN_ACTIVE_UPDATES or self.weight <= 0:
+    def run_updates(self, updates_per_epoch: Optional[float] = None) -> Optional[float]:
+        """This run's length in updates: --max-update, or --max-epoch times the updates of an
+        epoch (the smaller where both bound it); None while unknown (no bound, or an epoch-bounded
+        run before its first epoch has shown how many updates an epoch has)."""
+        lengths = [self.max_update] if self.max_update else []
+        if self.max_epoch and updates_per_epoch is not None:
+            lengths.append(self.max_epoch * updates_per_epoch)
+        return min(lengths) if lengths else None
+
+    def short_run_warning(self, updates_per_epoch: Optional[float] = None) -> Optional[str]:
+        """A warning for a run of fewer than SHORT_RUN_UPDATES updates, with the term's span
+        and what was measured in runs that short; None otherwise, while the run's length is
+        unknown, or with the term off."""
+        length = self.run_updates(updates_per_epoch)
+        if length is None or length >= SHORT_RUN_UPDATES or self.weight <= 0:
             return None
-        decay = self.decay if 0 < self.decay < 1 else 0.9
-        per_update = math.log(ACTIVE_SHARE) / math.log(decay)
-        return (f"a2d: the attention term acts (weight ≥ {ACTIVE_SHARE:g}·β) for only about {span:.0f} updates "
-                f"of this run ({self.describe()}; {self.course()}), too few to shape the student's "
-                f"attention. Lengthen it with --a2d-decay-updates N (β·{decay:g}^(updates/N): about "
-                f"{per_update:.0f}·N updates at ≥ {ACTIVE_SHARE:g}·β), a --a2d-decay closer to 1, or a "
-                f"longer run")
+        span = self.updates_acting(updates_per_epoch)  # None: an epoch-stepped weight before an epoch has run
+        acting = "" if span is None else f"the attention term acts, at ≥ {ACTIVE_SHARE:g}·β, for about {span:.0f} of them: "
+        return (f"a2d: this run is short (about {length:.0f} updates; {acting}{self.course()}). In runs under "
+                f"{SHORT_RUN_UPDATES} updates the term has not been seen to add to its own word-level KD, "
+                f"and keeping it longer (--a2d-decay-updates N, a --a2d-decay closer to 1, "
+                f"--a2d-decay-schedule epoch) cost BLEU (docs/methods/a2d.md#run-length). For a run this "
+                f"short, --a2d-weight 0 (its word-level KD alone); for the term to help, a longer run")

@@ -222,11 +222,12 @@ class AttentionKDTerm(DistillationTerm):
             (ls, hs), (lt, ht) = student_shape[kind], teacher_shape[kind]
             logger.info(f"a2d {kind}: AAM {ls}x{hs} student heads -> {lt}x{ht} teacher heads")
         self.aams = nn.ModuleDict(aams)
-        self.span_checked = self.schedule.by_updates  # an epoch-stepped one: once an epoch's updates are known
         logger.info(f"a2d: β = {weight}, {kl_mode} KL, {self.schedule.describe()}; {self.schedule.course()}")
-        warning = self.schedule.short_action_warning()
+        warning = self.schedule.short_run_warning()
         if warning:
             logger.warning(warning)
+        # an epoch-bounded run's length is known once its first epoch has shown its updates
+        self.length_checked = bool(warning) or not self.max_epoch
 
     @classmethod
     def from_config(cls, cfg, context: TermContext, names: Sequence[str] = ()) -> "AttentionKDTerm":
@@ -268,10 +269,9 @@ class AttentionKDTerm(DistillationTerm):
 
     def begin_epoch(self, epoch: int):
         super().begin_epoch(epoch)
-        if not self.span_checked and epoch > 1 and self.num_updates > 0:
-            # an epoch-stepped schedule's span in updates is known once an epoch has run
-            self.span_checked = True
-            warning = self.schedule.short_action_warning(self.num_updates / (epoch - 1))
+        if not self.length_checked and epoch > 1 and self.num_updates > 0:
+            self.length_checked = True
+            warning = self.schedule.short_run_warning(self.num_updates / (epoch - 1))
             if warning:
                 logger.warning(warning)
 

@@ -19,11 +19,11 @@ def refusal(tmp_path, *models) -> str:
     return stop.value.code
 
 
-def test_models_are_found_by_step_and_bad_ones_refused_with_the_fix(tmp_path):
+def test_models_are_found_by_step_and_bad_ones_refused_with_the_fix(tmp_path, monkeypatch):
     sys.path.insert(0, REPO)
     from bench.report_card import checkpoint_of
 
-    os.chdir(REPO)  # the recipes' paths are relative to the checkout
+    monkeypatch.chdir(REPO)  # the recipes' paths are relative to the checkout
     papers = "configs/papers.yaml"
     assert "has no step 'nope'; its steps: teacher, no-kd-2" in refusal(tmp_path, f"{papers}:teacher", f"{papers}:nope")
     assert "step 'seqkd-b8-mbr' trains no model" in refusal(tmp_path, f"{papers}:teacher",

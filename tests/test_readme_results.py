@@ -293,3 +293,39 @@ def test_the_readmes_prose_quotes_only_committed_figures():
 def test_the_readme_is_short():
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
         assert sum(1 for _ in f) <= 180
+
+
+# README's first screen: the teacher and its best student as deployed, from the committed
+# deployment reports (bench/results/report_<recipe>.json, made by bench/report_card.py)
+DEPLOY_SECTION = "At deployment"
+MODEL_NAME = re.compile(r"`([^`]+)`")
+
+
+def report(recipe: str) -> dict:
+    return committed(f"report_{recipe}")
+
+
+def test_the_deployment_headline_quotes_the_committed_reports():
+    section = readme_section(DEPLOY_SECTION)
+    rows = table_rows(section, "recipe")
+    recipes = {}
+    for recipe, model, params, bleu, size, speed, ratio in rows:
+        data = report(recipe)
+        models = {m["name"]: m for m in data["models"]}
+        name = MODEL_NAME.search(model).group(1)
+        assert name in models, f"README {DEPLOY_SECTION}: no model '{name}' in bench/results/report_{recipe}.json"
+        m, teacher = models[name], models[data["teacher"]]
+        assert params == f"{m['parameters'] / 1e6:.2f}M", (name, params, m["parameters"])
+        assert float(bleu) == m["quality"]["fairseq"]["bleu"], (name, bleu)
+        assert size == f"{m['size_bytes']['ctranslate2-int8'] / 2 ** 20:.1f} MiB", (name, size)
+        int8 = m["cpu"]["1"]["ctranslate2-int8"]["words_per_second"]
+        assert int(speed.replace(",", "")) == round(int8), (name, speed, int8)
+        expected = int8 / teacher["cpu"]["1"]["ctranslate2-int8"]["words_per_second"]
+        assert ratio == f"{expected:.2f}×", (name, ratio, expected)
+        recipes.setdefault(recipe, []).append((m["role"], name))
+        assert f"(bench/results/report_{recipe}.md)" in section, f"README {DEPLOY_SECTION}: no link to report_{recipe}.md"
+    for recipe, shown in recipes.items():
+        # the teacher and the student of the highest BLEU, as the section says
+        students = [m for m in report(recipe)["models"] if m["role"] == "student"]
+        best = max(students, key=lambda m: m["quality"]["fairseq"]["bleu"])["name"]
+        assert sorted(shown) == [("student", best), ("teacher", report(recipe)["teacher"])], (recipe, shown)

@@ -203,3 +203,17 @@ def test_the_teacher_is_not_tested_against_itself_in_the_markdown():
     comparison = {"test": "bootstrap", "systems": {"big (itself)": {}, "small": {}}}
     assert list(students_only(comparison)["systems"]) == ["small"]
     assert list(comparison["systems"]) == ["big (itself)", "small"]  # the record is left whole
+
+
+def test_a_backend_slower_with_more_threads_is_noted():
+    """2 threads slower than 1 (as CTranslate2 was on a 2-vCPU machine) gets a note; faster does not."""
+    from fairseq_distill.report.report_output import notes
+
+    def speed(words_per_second):
+        return {"words_per_second": words_per_second, "same_outputs_every_round": True}
+
+    model = {"name": "big", "dictionary_check": "symbols", "ctranslate2_unsupported": None,
+             "cpu": {"1": {"ctranslate2-int8": speed(2671.0), "fairseq": speed(916.0)},
+                     "2": {"ctranslate2-int8": speed(1852.0), "fairseq": speed(1351.0)}}}
+    assert notes({"models": [model]}) == [
+        "big CTranslate2 int8: slower on 2 threads than on 1 (1852 against 2671 words/s) on this machine."]

@@ -134,6 +134,22 @@ def notes(record: dict) -> List[str]:
                 if not s.get("same_outputs_every_round", True):
                     out.append(f"{m['name']} {LABELS[b]} on {threads} thread(s): the translations differed "
                                f"between rounds; its BLEU is the first round's.")
+        out += slower_with_more_threads(m)
+    return out
+
+
+def slower_with_more_threads(m: dict) -> List[str]:
+    """A backend that translated fewer words/s with more threads than with fewer: on some machines
+    (a small virtual one, say) extra threads cost more than they give, and a reader taking the
+    larger count for the faster setting would deploy the slower one."""
+    counts = sorted(m["cpu"], key=int)
+    out = []
+    for fewer, more in zip(counts, counts[1:]):
+        for b, s in m["cpu"][more].items():
+            f = m["cpu"][fewer].get(b)
+            if f and s["words_per_second"] < f["words_per_second"]:
+                out.append(f"{m['name']} {LABELS[b]}: slower on {more} threads than on {fewer} "
+                           f"({s['words_per_second']:.0f} against {f['words_per_second']:.0f} words/s) on this machine.")
     return out
 
 

@@ -26,6 +26,19 @@ def describe(path: str) -> str:
     return "standard input" if path == STDIN else path
 
 
+def gzip_error(path: str, e: Exception) -> DistillError:
+    """The error for a ``.gz`` file that is not gzip, is cut short, or is corrupt."""
+    if isinstance(e, EOFError):
+        return DistillError(f"{path} is a truncated gzip file: it ends before its compressed "
+                            f"stream does (an interrupted download or copy?); `gzip -t {path}` "
+                            f"confirms it; fetch or compress it again")
+    if isinstance(e, zlib.error):
+        return DistillError(f"{path} is a corrupt gzip file ({e}); `gzip -t {path}` confirms it; "
+                            f"fetch or compress it again")
+    return DistillError(f"{path} is not a valid gzip file ({e}); give it uncompressed "
+                        f"without the .gz ending, or compress it again with gzip")
+
+
 def read_bytes(path: str, what: str = "") -> bytes:
     """The file's bytes (decompressed for ``.gz``); ``-`` is standard input. ``what`` names
     the file's role in the message when it cannot be read (e.g. "input ")."""
@@ -39,17 +52,11 @@ def read_bytes(path: str, what: str = "") -> bytes:
             return f.read()
     except OSError as e:
         if isinstance(e, gzip.BadGzipFile):
-            raise DistillError(f"{path} is not a valid gzip file ({e}); give it uncompressed "
-                               f"without the .gz ending, or compress it again with gzip") from e
+            raise gzip_error(path, e) from e
         role = f"{what.strip()} " if what.strip() else ""
         raise DistillError(f"cannot read {role}'{path}': {e.strerror or e}") from e
-    except EOFError as e:
-        raise DistillError(f"{path} is a truncated gzip file: it ends before its compressed "
-                           f"stream does (an interrupted download or copy?); `gzip -t {path}` "
-                           f"confirms it; fetch or compress it again") from e
-    except zlib.error as e:
-        raise DistillError(f"{path} is a corrupt gzip file ({e}); `gzip -t {path}` confirms it; "
-                           f"fetch or compress it again") from e
+    except (EOFError, zlib.error) as e:
+        raise gzip_error(path, e) from e
 
 
 def split_lines(data: bytes, path: str = STDIN, errors: str = "strict", warn=None,
@@ -148,16 +155,10 @@ def iter_lines(path: str, errors: str = "strict", warn=None, what: str = "",
                 yield data.decode("utf-8", "replace")
     except OSError as e:
         if isinstance(e, gzip.BadGzipFile):
-            raise DistillError(f"{path} is not a valid gzip file ({e}); give it uncompressed "
-                               f"without the .gz ending, or compress it again with gzip") from e
+            raise gzip_error(path, e) from e
         raise
-    except EOFError as e:
-        raise DistillError(f"{path} is a truncated gzip file: it ends before its compressed "
-                           f"stream does (an interrupted download or copy?); `gzip -t {path}` "
-                           f"confirms it; fetch or compress it again") from e
-    except zlib.error as e:
-        raise DistillError(f"{path} is a corrupt gzip file ({e}); `gzip -t {path}` confirms it; "
-                           f"fetch or compress it again") from e
+    except (EOFError, zlib.error) as e:
+        raise gzip_error(path, e) from e
     finally:
         if path != STDIN:
             handle.close()

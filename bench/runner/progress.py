@@ -9,20 +9,13 @@ import sys
 import time
 from typing import Optional
 
+from fairseq_distill.progress import duration
+
 EPOCH_PROGRESS = re.compile(r"\| train_inner \| epoch (\d+):\s+(\d+) / (\d+)")
 EPOCH_SUMMARY = re.compile(r"\| (train|valid) \| epoch (\d+) \|(.*)")
 STAT = re.compile(r"(\w+) ([-\d.]+)$")
 # a tqdm bar (fsd-evaluate and fsd-seqkd draw one while fairseq-generate decodes)
 COUNTER = re.compile(r"^\s*([^:|]+?):\s+\d+%\|.*?\|\s*(\d+)/(\d+)")
-
-
-def duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def tail(path: str, lines: int = 30) -> str:

@@ -604,6 +604,8 @@ def test_results_caption_names_the_decoding_settings_that_change_the_score():
     caption = recipe_caption(meta, "best")
     assert "beam 5, length penalty 0.6, length limit 1.2·source + 10 tokens; cpu, 2 threads" in caption
     assert "checkpoint_best.pt" in caption
+    one = recipe_caption({**meta, "machine": {"device": "cpu", "cpu_threads": 1}}, "best")
+    assert "; cpu, 1 thread; " in one  # not "1 threads"
     assert "differ between rows" in decoding_settings([row, {**row, "name": "b", "lenpen": 1.0}])
     assert decoding_settings([{"name": "old", "beam": 4}]).startswith("beam 4 (length penalty and length limit not recorded")
     mixed = decoding_settings([{**row, "name": "new"}, {"name": "old", "beam": 5}])

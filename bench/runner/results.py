@@ -266,9 +266,10 @@ def decoding_settings(rows) -> str:
 
 def recipe_caption(meta, evaluated_checkpoint: str) -> str:
     """The head of ``<recipe>.md``: what was evaluated, how it was decoded, on what."""
+    threads = meta['machine']['cpu_threads']
     return (f"# {meta['recipe']}\n\nConfig: `{meta['config']}`; test set: test (sacreBLEU on "
             f"detokenised output); {decoding_settings(meta['rows'])}; "
-            f"{meta['machine']['device']}, {meta['machine']['cpu_threads']} threads; each run's "
+            f"{meta['machine']['device']}, {threads} thread{'' if threads == 1 else 's'}; each run's "
             f"{CHECKPOINT_MEANING[evaluated_checkpoint]} is evaluated.\n\n")
 
 

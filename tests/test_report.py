@@ -217,3 +217,15 @@ def test_a_backend_slower_with_more_threads_is_noted():
                      "2": {"ctranslate2-int8": speed(1852.0), "fairseq": speed(1351.0)}}}
     assert notes({"models": [model]}) == [
         "big CTranslate2 int8: slower on 2 threads than on 1 (1852 against 2671 words/s) on this machine."]
+
+
+def test_every_model_of_the_plot_gets_its_own_colour():
+    # tab10 has ten colours: an eleventh model (the papers report has a teacher and ten students)
+    # used to share the teacher's
+    from fairseq_distill.report.report_output import model_colors
+
+    for count in (1, 4, 10, 11, 20, 23):
+        colours = model_colors(count)
+        assert len(colours) == count
+        assert len({tuple(round(c, 6) for c in colour) for colour in colours}) == count, count
+    assert model_colors(0) == []

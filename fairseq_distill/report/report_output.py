@@ -194,17 +194,29 @@ def markdown(record: dict, comparison: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def model_colors(count: int) -> list:
+    """One RGBA colour per model, all different: tab10's, then tab20's, then evenly spaced hues
+    (a qualitative map repeats its colours past its size)."""
+    from matplotlib import colormaps
+
+    if count <= 20:
+        cmap = colormaps["tab10" if count <= 10 else "tab20"]
+        return [cmap(i) for i in range(count)]
+    cmap = colormaps["hsv"]
+    return [cmap(i / count) for i in range(count)]
+
+
 def plot(record: dict, path: str):
     from fairseq_distill.evaluation.plotting import pyplot
 
     plt = pyplot()
     points = front_points(record)
     names = [m["name"] for m in record["models"]]
-    colors = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colors = model_colors(len(names))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     for p in points:
         ax.scatter(p["words_per_second"], p["bleu"], marker=MARKERS[p["backend"]],
-                   color=colors(names.index(p["model"]) % 10), s=50, zorder=3)
+                   color=colors[names.index(p["model"])], s=50, zorder=3)
     front = record["pareto_front"]
     ax.plot([p["words_per_second"] for p in front], [p["bleu"] for p in front], "--", color="grey", zorder=2)
     ax.scatter([p["words_per_second"] for p in front], [p["bleu"] for p in front], s=180, facecolors="none",
@@ -213,18 +225,20 @@ def plot(record: dict, path: str):
         ax.annotate(f"{p['model']} ({SHORT[p['backend']]})", (p["words_per_second"], p["bleu"]),
                     textcoords="offset points", xytext=(6, 6), fontsize=8)
     for i, name in enumerate(names):
-        ax.scatter([], [], marker="o", color=colors(i % 10), label=name + (" (teacher)" if i == 0 else ""))
+        ax.scatter([], [], marker="o", color=colors[i], label=name + (" (teacher)" if i == 0 else ""))
     for backend, marker in MARKERS.items():
         ax.scatter([], [], marker=marker, color="black", facecolors="none", label=LABELS[backend])
     speeds = [p["words_per_second"] for p in points]
     if speeds and max(speeds) / max(min(speeds), 1e-9) > 5:
         ax.set_xscale("log")
+    ax.margins(x=0.1)  # room for the front's labels beside its last point
     threads = record["timing"]["threads"][0]
     ax.set_xlabel(f"words/s on {threads} CPU thread{'s' if threads > 1 else ''} ({record['machine']['cpu']})")
     ax.set_ylabel(f"BLEU ({record['data']['subset']})")
     ax.set_title("BLEU against CPU decoding speed")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    # beside the axes, where it hides no point
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -3,8 +3,9 @@
 ``fsd-seqkd`` and ``fsd-cache-teacher`` write a new directory (``--out``) and keep their
 unfinished work beside it. Three rules keep a run from destroying or mixing data:
 
-* :func:`check_output_dir`: the output is neither the input data directory nor inside it (a
-  seq-KD merge would overwrite the original ``train.*.bin`` before failing).
+* :func:`check_outputs` (and :func:`check_output_dir`, its form for a data directory): no output
+  is an input, lies inside one or contains one (a seq-KD merge would overwrite the original
+  ``train.*.bin`` before failing; CTranslate2's converter empties the folder it writes).
 * :class:`DirectoryLock`: one run per work directory. A second run with other settings would
   otherwise interleave its files with the first's and report settings its data do not have.
   The lock file holds the owner's pid and host; a lock whose process is gone (killed, or the
@@ -25,6 +26,43 @@ from fairseq_distill.errors import DistillError
 LOCK_FILE = ".distill-lock"
 
 
+def _same(a: str, b: str) -> bool:
+    """Whether two paths name one file or folder (a symlink, a hard link or another spelling)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet
+        return False
+
+
+def _inside(path: str, folder: str) -> bool:
+    return os.path.realpath(path).startswith(os.path.realpath(folder).rstrip(os.sep) + os.sep)
+
+
+def check_outputs(outputs, inputs):
+    """Refuse any output that is one of the inputs, lies inside an input folder, or contains an
+    input (a folder a tool writes or replaces would take the input with it). ``outputs`` and
+    ``inputs`` are ``(name, path)`` pairs, the name as the user gave it (an option such as
+    ``--out``, or an argument's name); a path that is None, empty or ``-`` (a standard stream)
+    is left out. Called before anything is written."""
+    named_inputs = [(n, p) for n, p in inputs if p and p != "-"]
+    for out_name, out in outputs:
+        if not out or out == "-":
+            continue
+        for in_name, inp in named_inputs:
+            if _same(out, inp):
+                raise DistillError(f"{out_name} {out} is the input {in_name} {inp}: writing it would destroy "
+                                   f"that input; give {out_name} a new path")
+            if _inside(out, inp):
+                raise DistillError(f"{out_name} {out} lies inside the input {in_name} {inp}: writing there "
+                                   f"could overwrite that input; give {out_name} a path outside it")
+            if _inside(inp, out):
+                raise DistillError(f"{out_name} {out} contains the input {in_name} {inp}: the output is "
+                                   f"written as a whole and would take that input with it; give "
+                                   f"{out_name} a new path that holds none of the inputs")
+
+
 def check_output_dir(out: str, data: str, option: str = "--out", data_option: str = "--data"):
     """Refuse an output directory that is the input data directory or lies inside it."""
     if not out:
@@ -37,6 +75,7 @@ def check_output_dir(out: str, data: str, option: str = "--out", data_option: st
     if real_out.startswith(real_data + os.sep):
         raise DistillError(f"{option} {out} lies inside the data directory ({data_option} {data}); give a "
                            f"directory outside it, e.g. {option} {data.rstrip('/')}-out")
+    check_outputs([(option, out)], [(data_option, data)])
 
 
 def process_alive(pid: int) -> bool:

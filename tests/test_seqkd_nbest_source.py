@@ -113,7 +113,8 @@ def test_an_empty_training_source_is_named_before_the_teacher_runs(tiny_data, tm
     from fairseq_distill.seqkd.inputs import check_sources_not_empty
 
     check_sources_not_empty(["a b", "c"], "data-bin", "train")
-    with pytest.raises(DistillError, match=r"data-bin \(train\): sentence 1 has an empty source \(2 such "
+    with pytest.raises(DistillError, match=r"data-bin \(train\): sentence 1 has an empty source, or one of only "
+                                           r"invisible characters \(2 such "
                                            r"sentence\(s\), ids 1, 3\)"):
         check_sources_not_empty(["a b", "", "c", " "], "data-bin", "train")
 
@@ -145,7 +146,7 @@ def test_shards_decoded_differently_are_not_merged(tmp_path):
     index.locate(2)
     assert index.lists(range(2)) == {0: ["x", "y"], 1: ["z"]}
     with pytest.raises(DistillError, match=r"shards 0 and 1 of 2 were decoded with different settings "
-                                           r"\(backend, beam\)"):
+                                           r"\(--backend fairseq against ctranslate2; --beam 5 against 4\)"):
         shard_settings(index.headers, args)
     write_shard(tmp_path, 1, 2, a, [{"id": 1, "hyp": "z"}])
     assert shard_settings(index_shards(args).headers, args) == a

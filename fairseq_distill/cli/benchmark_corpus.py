@@ -15,6 +15,9 @@ CORPORA = ("iwslt14_de_en", "wmt14_en_de", "wmt16_en_de")
 
 
 def prepare(args):
+    from fairseq_distill.workdir import check_outputs
+
+    check_outputs([("--out", args.out)], [("--archive", args.archive)])
     if args.corpus in ("wmt14_en_de", "wmt16_en_de"):
         from fairseq_distill.corpora import wmt
 

@@ -11,6 +11,7 @@ import json
 
 from fairseq_distill.cli.common import run_cli
 from fairseq_distill.errors import DistillError
+from fairseq_distill.workdir import check_outputs
 from fairseq_distill.evaluation.scoring import TESTS, markdown, paired_significance
 from fairseq_distill.text.files import read_lines
 
@@ -42,6 +43,8 @@ def main(argv=None):
     def body():
         if args.samples < 0:
             raise DistillError(f"--samples must be >= 0, got {args.samples}")
+        check_outputs([("--json", args.json)], [("--references", args.references), ("--baseline", args.baseline[1])]
+                      + [("--system", path) for _, path in args.system])
         refs = read_lines(args.references, what="references", offers_replace=False)
         baseline = (args.baseline[0], read_lines(args.baseline[1], what=f"baseline {args.baseline[0]}", offers_replace=False))
         systems = [(name, read_lines(path, what=f"system {name}", offers_replace=False)) for name, path in args.system]

@@ -19,7 +19,7 @@ def main(argv=None):
     p.add_argument("data_bin")
     p.add_argument("out_dir")
     p.add_argument("--quantization", default="int8", choices=QUANTIZATIONS, help="default int8")
-    p.add_argument("--force", action="store_true", help="replace a non-empty OUT_DIR")
+    p.add_argument("--force", action="store_true", help="replace an earlier export in OUT_DIR (a folder holding anything else is never replaced)")
     args = p.parse_args(argv)
     info = run_cli("export_ctranslate2", lambda: export_ctranslate2(args.checkpoint, args.data_bin, args.out_dir,
                                                                     args.quantization, args.force))

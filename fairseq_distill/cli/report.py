@@ -43,6 +43,9 @@ def build_parser():
     p.add_argument("--test", choices=TESTS, default="bootstrap", help="the paired significance test")
     p.add_argument("--samples", type=int, default=0,
                    help="resamples / trials (default: sacreBLEU's, 1000 bootstrap, 10000 randomisation)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an earlier report at OUT of other models (a report of the same models is "
+                        "replaced without it; a file that is not a report, never)")
     p.add_argument("--no-gpu", action="store_true", help="time the CPU only, even where CUDA is available")
     return p
 
@@ -53,7 +56,8 @@ def main(argv=None):
                             lenpen=args.lenpen, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
                             batch_size=args.batch_size, latency_sentences=args.latency_sentences,
                             test=args.test, samples=args.samples, gpu=not args.no_gpu)
-    run_cli("report", lambda: make_report(args.teacher, args.students, args.data, args.out, args.work, options),
+    run_cli("report", lambda: make_report(args.teacher, args.students, args.data, args.out, args.work, options,
+                                                  args.force),
             on_interrupt="the exports and hypotheses made so far stay in the work directory; no report is written")
 
 

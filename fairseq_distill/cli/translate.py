@@ -3,8 +3,8 @@
     fsd-translate --backend fairseq --checkpoint student.pt --data-bin DATA_BIN < in.de > out.en
     fsd-translate --backend ctranslate2 --model-dir ct2-student --input in.de --output out.en
 
-One sentence per line, UTF-8: one output line for each input line, in order (an empty line
-gives an empty line). A line ends at "\\n" ("\\r\\n" too) and nowhere else, as `wc -l`
+One sentence per line, UTF-8: one output line for each input line, in order (an empty line,
+or one with nothing visible such as only U+200B or U+FEFF, gives an empty line). A line ends at "\\n" ("\\r\\n" too) and nowhere else, as `wc -l`
 counts: a bare "\\r", U+2028, U+0085, form feeds and other whitespace inside a line read as
 a space; a last line without a newline is a line. Invalid UTF-8 is an error naming the line
 unless --errors replace. Inputs longer than the model accepts are truncated to its limit,
@@ -20,7 +20,8 @@ from typing import Optional
 from fairseq_distill.cli.common import run_cli
 from fairseq_distill.errors import DistillError
 from fairseq_distill.text.files import ERRORS, iter_lines
-from fairseq_distill.deploy.translators import BACKENDS, DecodingOptions, build_translator, translate_stream
+from fairseq_distill.deploy.translators import BACKENDS, DEVICES, DecodingOptions, build_translator, translate_stream
+from fairseq_distill.workdir import check_outputs
 
 
 def build_parser():
@@ -37,6 +38,10 @@ def build_parser():
     p.add_argument("--max-len-a", type=float, default=1.2)
     p.add_argument("--max-len-b", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    p.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA where there is a GPU, else the CPU")
+    p.add_argument("--threads", type=int,
+                   help="CPU threads to translate with (default: every core this process may use); on a "
+                        "CPU, one thread per process often gives the most sentences per core")
     p.add_argument("--errors", choices=ERRORS, default="strict",
                    help="invalid UTF-8 in the input: strict (default) stops with the line; replace reads "
                         "each invalid byte sequence as U+FFFD, with a warning")
@@ -61,10 +66,13 @@ def count_lines(path: str) -> Optional[int]:
 
 
 def translate(args):
+    check_outputs([("--output", args.output)],
+                  [("--input", args.input), ("--data-bin", args.data_bin), ("--model-dir", args.model_dir)]
+                  + [("--checkpoint", c) for c in (args.checkpoint or "").split(":") if c])
     lines = iter_lines(args.input, args.errors, warn, what="input ")
     options = DecodingOptions(args.beam, args.lenpen, args.max_len_a, args.max_len_b)
     translator, segmenter = build_translator(args.backend, options, args.checkpoint, args.data_bin,
-                                             args.model_dir)
+                                             args.model_dir, args.device, args.threads)
     total = count_lines(args.input)
     # bytes, not text: the output is UTF-8 whatever the locale, with "\n" line ends only
     if args.output == "-":

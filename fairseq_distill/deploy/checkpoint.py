@@ -72,6 +72,33 @@ def load_checkpoint(path: str) -> dict:
     return compat.load_checkpoint(path)
 
 
+def is_decoding_checkpoint(path: str) -> bool:
+    """Whether ``path`` is a decoding checkpoint this module wrote: it loads with torch's restricted
+    unpickler and holds no optimizer state (a training checkpoint does)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # not a checkpoint, or one that needs more than weights (a training checkpoint)
+        return False
+    history = state.get("optimizer_history") if isinstance(state, dict) else None
+    return (bool(history) and history[-1].get("optimizer_name") == "none"
+            and "last_optimizer_state" not in state)
+
+
+def check_destination(src: str, dst: str):
+    """``dst`` may be new or an earlier decoding checkpoint; never ``src`` itself, nor a training
+    checkpoint or any other file (its optimizer state and training progress would be lost)."""
+    from fairseq_distill.workdir import check_outputs
+
+    check_outputs([("OUTPUT", dst)], [("CHECKPOINT", src)])
+    if os.path.isdir(dst):
+        raise DistillError(f"output '{dst}' is a directory; give the decoding checkpoint's file name, e.g. "
+                           f"{os.path.join(dst, 'student.pt')}")
+    if os.path.exists(dst) and not is_decoding_checkpoint(dst):
+        raise DistillError(f"output '{dst}' exists and is not a decoding checkpoint written by this export (a "
+                           f"training checkpoint, or another file): it would be lost, so it is not replaced; "
+                           f"give a new path")
+
+
 def export_decoding_checkpoint(src: str, dst: str, model_weights: Optional[dict] = None,
                                model_cfg_updates: Optional[dict] = None, state: Optional[dict] = None,
                                reset_progress: bool = False) -> dict:
@@ -81,6 +108,7 @@ def export_decoding_checkpoint(src: str, dst: str, model_weights: Optional[dict]
     export, layer extraction) reuse the same clean format; ``state`` is ``src`` already
     loaded; ``reset_progress`` stores 0 updates (a new model, not a continuation).
     """
+    check_destination(src, dst)
     if state is None:
         state = load_checkpoint(src)
     cfg = OmegaConf.to_container(state["cfg"], resolve=True, enum_to_str=True)
@@ -106,9 +134,12 @@ def export_decoding_checkpoint(src: str, dst: str, model_weights: Optional[dict]
         "extra_state": {},
     }
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
-    torch.save(out, dst)
+    # written beside and moved into place: an interrupted export leaves any earlier one whole
+    partial = dst + ".partial"
+    torch.save(out, partial)
     # the point of the format: it loads with torch's restricted unpickler
-    torch.load(dst, map_location="cpu", weights_only=True)
+    torch.load(partial, map_location="cpu", weights_only=True)
+    os.replace(partial, dst)
     arch = cfg["model"].get("_name")
     return {
         "path": dst,

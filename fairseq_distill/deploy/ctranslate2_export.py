@@ -82,20 +82,62 @@ def convert(checkpoint: str, state: dict, model_cfg: dict, data_bin: str, source
             raise DistillError(f"CTranslate2 cannot convert {checkpoint}: {e}") from e
 
 
+def check_out_dir(out_dir: str, force: bool):
+    """An output directory may be new, empty, or (with ``force``) an earlier export of this tool:
+    the converter empties the folder it writes, so anything else in it would be lost."""
+    if not os.path.exists(out_dir):
+        return
+    if not os.path.isdir(out_dir):
+        raise DistillError(f"output '{out_dir}' exists and is not a directory; give a new directory")
+    names = sorted(os.listdir(out_dir))
+    if not names:
+        return
+    if not os.path.isfile(os.path.join(out_dir, DEPLOY_FILE)):
+        listed = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        raise DistillError(f"output directory '{out_dir}' holds files that are not an earlier CTranslate2 export "
+                           f"({listed}; no {DEPLOY_FILE}): they would be lost, so it is not replaced, even with "
+                           f"--force; give a new directory")
+    if not force:
+        raise DistillError(f"output directory '{out_dir}' holds an earlier CTranslate2 export; pass --force to "
+                           f"replace it, or give a new directory")
+
+
+def replace_dir(new: str, out_dir: str):
+    """Move the finished export ``new`` to ``out_dir``, replacing an earlier one whole: the old is
+    moved aside first and removed only once the new one is in place."""
+    old = None
+    if os.path.isdir(out_dir):
+        if os.listdir(out_dir):
+            old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.old-", dir=os.path.dirname(new))
+            os.rmdir(old)
+            os.rename(out_dir, old)
+        else:
+            os.rmdir(out_dir)
+    os.rename(new, out_dir)
+    if old:
+        shutil.rmtree(old)
+
+
 def export_ctranslate2(checkpoint: str, data_bin: str, out_dir: str, quantization: str = "int8",
                        force: bool = False) -> dict:
+    """Export ``checkpoint`` with the dictionaries and subword model of ``data_bin`` (the data it
+    was trained on, checked by content) to ``out_dir``. The export is written beside ``out_dir``
+    and moved into place when complete."""
+    from fairseq_distill.data_bin import check_model_dictionaries
+    from fairseq_distill.workdir import check_outputs
+
     try:
         import ctranslate2  # noqa: F401
     except ImportError as e:
         raise DistillError("CTranslate2 export needs the package: pip install ctranslate2") from e
     if quantization not in QUANTIZATIONS:
         raise DistillError(f"unknown quantization '{quantization}'; choose one of {', '.join(QUANTIZATIONS)}")
+    check_outputs([("OUT_DIR", out_dir)], [("CHECKPOINT", checkpoint), ("DATA_BIN", data_bin)])
     meta = load_meta(data_bin)
     if meta is None:
         raise DistillError(f"{data_bin} has no {META_FILE}: use the data directory the student was "
                            f"trained on, as written by prepare_corpus")
-    if os.path.exists(out_dir) and os.listdir(out_dir) and not force:
-        raise DistillError(f"output directory '{out_dir}' exists and is not empty; pass --force to replace it")
+    check_out_dir(out_dir, force)
 
     state, model_cfg, arch = read_model(checkpoint)
     reason = unsupported_reason(arch)
@@ -103,26 +145,34 @@ def export_ctranslate2(checkpoint: str, data_bin: str, out_dir: str, quantizatio
         raise DistillError(f"{checkpoint} cannot be exported to CTranslate2: {reason}")
 
     src, tgt = meta["source_lang"], meta["target_lang"]
-    convert(checkpoint, state, model_cfg, data_bin, src, tgt, out_dir, quantization)
-
-    # what translating raw text needs: the subword model and the data's metadata
-    kept = {k: v for k, v in meta.items() if k in ("source_lang", "target_lang", "bpe",
-                                                   "sentencepiece_model", "bpe_codes")}
-    for key in ("sentencepiece_model", "bpe_codes"):
-        if meta.get(key):
-            shutil.copy(os.path.join(data_bin, meta[key]), os.path.join(out_dir, meta[key]))
-    with open(os.path.join(out_dir, META_FILE), "w", encoding="utf-8") as f:
-        json.dump(kept, f, indent=2)
-    info = {
-        "source_checkpoint": os.path.abspath(checkpoint),
-        "arch": arch,
-        "quantization": quantization,
-        "source_lang": src,
-        "target_lang": tgt,
-        "max_source_positions": int(model_cfg.get("max_source_positions") or 1024),
-    }
-    with open(os.path.join(out_dir, DEPLOY_FILE), "w", encoding="utf-8") as f:
-        json.dump(info, f, indent=2)
+    check_model_dictionaries(state, checkpoint, data_bin, src, tgt)
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    new = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.partial-", dir=parent)
+    try:
+        convert(checkpoint, state, model_cfg, data_bin, src, tgt, new, quantization)
+        # what translating raw text needs: the subword model and the data's metadata
+        kept = {k: v for k, v in meta.items() if k in ("source_lang", "target_lang", "bpe",
+                                                       "sentencepiece_model", "bpe_codes")}
+        for key in ("sentencepiece_model", "bpe_codes"):
+            if meta.get(key):
+                shutil.copy(os.path.join(data_bin, meta[key]), os.path.join(new, meta[key]))
+        with open(os.path.join(new, META_FILE), "w", encoding="utf-8") as f:
+            json.dump(kept, f, indent=2)
+        info = {
+            "source_checkpoint": os.path.abspath(checkpoint),
+            "arch": arch,
+            "quantization": quantization,
+            "source_lang": src,
+            "target_lang": tgt,
+            "max_source_positions": int(model_cfg.get("max_source_positions") or 1024),
+        }
+        with open(os.path.join(new, DEPLOY_FILE), "w", encoding="utf-8") as f:
+            json.dump(info, f, indent=2)
+        replace_dir(new, out_dir)
+    finally:
+        if os.path.isdir(new):
+            shutil.rmtree(new)
     info["model_bytes"] = os.path.getsize(os.path.join(out_dir, "model.bin"))
     info["out_dir"] = out_dir
     return info

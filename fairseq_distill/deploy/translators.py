@@ -16,6 +16,7 @@ from typing import Callable, Iterable, List, Optional
 import torch
 
 from fairseq_distill.errors import DistillError
+from fairseq_distill.text.files import is_blank
 from fairseq_distill.text.segmentation import Segmenter
 
 BACKENDS = ("fairseq", "ctranslate2")
@@ -41,9 +42,9 @@ class FairseqTranslator:
 
         import fairseq_distill  # noqa: F401  (registers our architectures, checkpoint loading)
 
-        for path in checkpoint.split(":"):
-            if not os.path.isfile(path):
-                raise DistillError(f"checkpoint not found: '{path}'")
+        from fairseq_distill.data_bin import check_checkpoints_match_data
+
+        check_checkpoints_match_data(checkpoint, data_bin)
         models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
             checkpoint.split(":"), arg_overrides={"data": data_bin})
         device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -172,9 +173,11 @@ def translate_lines(lines: List[str], translator, segmenter: Segmenter, batch_si
     run = TranslationRun(outputs=[""] * len(lines))
     pieces = {}
     for i, line in enumerate(lines):
-        if not line.strip():
+        if is_blank(line):  # nothing visible (e.g. only U+200B or U+FEFF): nothing to translate
             continue
         p = segmenter.encode(line)
+        if not p:  # the subword model kept nothing of it
+            continue
         if len(p) > translator.max_source_tokens:
             print(f"[translate] warning: line {i + 1} has {len(p)} subword tokens; the model takes at "
                   f"most {translator.max_source_tokens}, so it is truncated to that", file=sys.stderr)
@@ -243,15 +246,29 @@ def join_output_lines(outputs: List[str]) -> str:
     return "".join(out.replace("\r", " ").replace("\n", " ") + "\n" for out in outputs)
 
 
+DEVICES = ("auto", "cpu", "cuda")
+
+
 def build_translator(backend: str, options: DecodingOptions, checkpoint: Optional[str] = None,
-                     data_bin: Optional[str] = None, model_dir: Optional[str] = None):
-    """The translator and the segmenter that goes with it."""
+                     data_bin: Optional[str] = None, model_dir: Optional[str] = None,
+                     device: str = "auto", threads: Optional[int] = None):
+    """The translator and the segmenter that goes with it. ``device``: auto (CUDA where there is
+    one), cpu or cuda; ``threads``: CPU threads (default: torch's count, every usable core)."""
+    if device not in DEVICES:
+        raise DistillError(f"unknown device '{device}'; choose one of {', '.join(DEVICES)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise DistillError("--device cuda: no CUDA device is visible here; use --device cpu")
+    if threads is not None and threads < 1:
+        raise DistillError(f"--threads must be at least 1, got {threads}")
+    chosen = None if device == "auto" else device
     if backend == "fairseq":
         if not (checkpoint and data_bin):
             raise DistillError("the fairseq backend needs --checkpoint and --data-bin")
-        return FairseqTranslator(checkpoint, data_bin, options), Segmenter.from_dir(data_bin)
+        if threads:
+            torch.set_num_threads(threads)
+        return FairseqTranslator(checkpoint, data_bin, options, chosen), Segmenter.from_dir(data_bin)
     if backend == "ctranslate2":
         if not model_dir:
             raise DistillError("the ctranslate2 backend needs --model-dir (from export_ctranslate2)")
-        return CTranslate2Translator(model_dir, options), Segmenter.from_dir(model_dir)
+        return CTranslate2Translator(model_dir, options, chosen, threads), Segmenter.from_dir(model_dir)
     raise DistillError(f"unknown backend '{backend}'; choose one of {', '.join(BACKENDS)}")

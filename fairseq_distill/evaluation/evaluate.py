@@ -17,12 +17,14 @@ import sys
 
 import torch
 
+from fairseq_distill.data_bin import blank_sources, check_checkpoints_match_data, model_languages
 from fairseq_distill.deploy.checkpoint import count_parameters
 from fairseq_distill.errors import DistillError
 from fairseq_distill.evaluation.generate import run_generate
 from fairseq_distill.evaluation.scoring import corpus_scores
 from fairseq_distill.text.segmentation import META_FILE, load_meta
 from fairseq_distill.text.files import read_lines
+from fairseq_distill.workdir import check_outputs
 
 POST_PROCESS = {"sentencepiece": "sentencepiece", "subword_nmt": "subword_nmt"}
 USER_POST_PROCESS = ("--post-process", "--remove-bpe")  # fairseq-generate's flag and its older name
@@ -65,11 +67,6 @@ def read_references(data_bin, subset, meta, result):
     return [result.references[i] for i in range(n)], "target side of the binarized test set"
 
 
-def checkpoint_parameters(path):
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    return count_parameters(state["model"])
-
-
 def binarized_subsets(data_bin: str) -> list:
     """The subsets fairseq can load from ``data_bin``: those with ``SUBSET.SRC-TGT.LANG.bin``."""
     names = set()
@@ -98,18 +95,23 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
     if not os.path.isdir(data_bin):
         raise DistillError(f"data directory not found: '{data_bin}'")
     check_subset(data_bin, subset)
-    meta = load_meta(data_bin)
-    post = post_process(data_bin, meta, extra_args)
-    total = (meta or {}).get("sizes", {}).get(subset)
     first = checkpoint.split(":")[0]
     stem = os.path.splitext(first)[0] + (f".{tag}" if tag else "")
+    hyp_path, log_path = f"{stem}.{subset}.hyp.txt", f"{stem}.{subset}.generate.log"
+    out_json = out_json or f"{stem}.{subset}.eval.json"
+    check_outputs([("--out", out_json), ("hypotheses", hyp_path), ("log", log_path)],
+                  [("CHECKPOINT", c) for c in checkpoint.split(":")] + [("DATA_BIN", data_bin)])
+    meta = load_meta(data_bin)
+    state = check_checkpoints_match_data(checkpoint, data_bin)[0]
+    post = post_process(data_bin, meta, extra_args)
+    total = (meta or {}).get("sizes", {}).get(subset)
     args = [
         "--beam", str(beam), "--lenpen", str(lenpen), "--batch-size", str(batch_size),
         "--max-len-a", str(max_len_a), "--max-len-b", str(max_len_b),
         *post, *extra_args,
     ]
     result = run_generate(data_bin, checkpoint, subset, args, total=total,
-                          log_path=f"{stem}.{subset}.generate.log", description=description or f"decode {subset}",
+                          log_path=log_path, description=description or f"decode {subset}",
                           env=env)
     n = max(len(result.references), total or 0)
     missing = [i for i in range(n) if i not in result.detokenized]
@@ -117,11 +119,15 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
         raise DistillError(f"fairseq-generate returned no hypothesis for {len(missing)} of {n} "
                            f"sentences (first ids: {missing[:5]})")
     hyps = [result.detokenized[i] for i in range(n)]
+    # a source with nothing visible (only </s>, or invisible characters) is translated as an
+    # empty line, as fsd-translate does, not as what the model invents for it
+    blank = blank_sources(data_bin, subset, *model_languages(state, data_bin, meta))
+    for i in blank:
+        hyps[i] = ""
     refs, ref_source = read_references(data_bin, subset, meta, result)
     if len(refs) != len(hyps):
         raise DistillError(f"{len(hyps)} hypotheses but {len(refs)} references ({ref_source})")
     scores = corpus_scores(hyps, refs)
-    hyp_path = f"{stem}.{subset}.hyp.txt"
     with open(hyp_path, "w", encoding="utf-8") as f:
         f.write("\n".join(hyps) + "\n")
     record = {
@@ -136,6 +142,7 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
         "chrf++_signature": scores["signatures"]["chrf++"],
         "references": ref_source,
         "sentences": result.sentences,
+        "blank_sources": len(blank),
         "generated_tokens": result.tokens,
         "generation_seconds": result.generation_seconds,
         "sentences_per_second": result.sentences_per_second,
@@ -147,10 +154,9 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
         "batch_size": batch_size,
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "torch_threads": torch.get_num_threads(),
-        "parameters": checkpoint_parameters(first),
+        "parameters": count_parameters(state["model"]),
         "hypotheses": os.path.abspath(hyp_path),
     }
-    out_json = out_json or f"{stem}.{subset}.eval.json"
     with open(out_json, "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2)
     record["json"] = out_json

@@ -18,6 +18,7 @@
 Exports, hypotheses and logs go to a work directory; the JSON names them relative to the
 report's own directory.
 """
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -30,12 +31,13 @@ from fairseq_distill.errors import DistillError
 from fairseq_distill.evaluation.scoring import TESTS, paired_significance
 from fairseq_distill.machine import describe, usable_cores
 from fairseq_distill.report import measure
-from fairseq_distill.report.report_inputs import (ModelSpec, check_dictionaries, check_threads, data_dictionaries,
+from fairseq_distill.report.report_inputs import (ModelSpec, check_dictionaries, check_threads,
                                                   parse_models, read_checkpoint, read_test_set)
 from fairseq_distill.report.report_output import size, write_report
 from fairseq_distill.report.report_rounds import cpu_backends, gpu_backends, run_rounds, summarize
 from fairseq_distill.report.timings import latency_sample
 from fairseq_distill.text.files import file_sha256, read_lines
+from fairseq_distill.workdir import check_outputs
 
 
 @dataclass
@@ -137,8 +139,39 @@ def software() -> dict:
             "sacrebleu": sacrebleu.__version__}
 
 
+def check_earlier_report(out: str, models: Sequence[ModelSpec], force: bool):
+    """``OUT.json``, ``.md`` and ``.png`` may be new, or (with ``force``, or of the same models)
+    an earlier report of fsd-report; never another file."""
+    json_path = out + ".json"
+    if not os.path.exists(json_path):
+        found = [out + ext for ext in (".md", ".png") if os.path.exists(out + ext)]
+        if found:
+            raise DistillError(f"--out {out}: {found[0]} exists but {json_path} does not, so it is not a report "
+                               f"of fsd-report and would be lost: give another --out (or move that file)")
+        return
+    try:
+        with open(json_path, encoding="utf-8") as f:
+            earlier = json.load(f)
+    except (OSError, ValueError):
+        earlier = None
+    if not isinstance(earlier, dict) or earlier.get("report") != "fsd-report":
+        raise DistillError(f"--out {out}: {json_path} exists and is not a report of fsd-report; it would be lost, "
+                           f"so it is not replaced, even with --force: give another --out")
+    then = [(m.get("name"), m.get("sha256")) for m in earlier.get("models", [])]
+    now = [(m.name, file_sha256(m.path)) for m in models]
+    if then != now and not force:
+        def names(pairs):
+            return ", ".join(name for name, _ in pairs)
+
+        changed = [name for (name, digest), (_, new) in zip(then, now) if digest != new]
+        why = (f"the same names, other checkpoints ({', '.join(changed)})" if [n for n, _ in then] == [n for n, _ in now]
+               else f"it measured {names(then)}; this run measures {names(now)}")
+        raise DistillError(f"--out {out}: {json_path} is a report of other models ({why}): pass --force to "
+                           f"replace it, or give another --out")
+
+
 def make_report(teacher: str, students: Sequence[str], data_bin: str, out: str, work: Optional[str] = None,
-                options: Optional[ReportOptions] = None) -> dict:
+                options: Optional[ReportOptions] = None, force: bool = False) -> dict:
     """Measure the teacher (``PATH`` or ``NAME=PATH``) and ``students``; write ``OUT.json``,
     ``OUT.md`` and ``OUT.png``; exports and hypotheses in ``work`` (default ``OUT.work``).
     Returns the JSON's record."""
@@ -152,11 +185,13 @@ def make_report(teacher: str, students: Sequence[str], data_bin: str, out: str, 
                            "(or the package's [deploy] extra)") from e
     models = parse_models(teacher, students)
     test = read_test_set(data_bin, options.subset)
-    dictionaries = data_dictionaries(test)
-    checks = {m.name: check_dictionaries(m, read_checkpoint(m), dictionaries) for m in models}
-    threads = check_threads(options.threads or [1, usable_cores()])
-    out_dir = os.path.dirname(os.path.abspath(out))
+    checks = {m.name: check_dictionaries(m, read_checkpoint(m), test) for m in models}
     work = work or out + ".work"
+    check_outputs([("--out", out + ext) for ext in (".json", ".md", ".png")] + [("--work", work)],
+                  [(f"{m.role} '{m.name}'", m.path) for m in models] + [("--data", data_bin)])
+    threads = check_threads(options.threads or [1, usable_cores()])
+    check_earlier_report(out, models, force)
+    out_dir = os.path.dirname(os.path.abspath(out))
     os.makedirs(out_dir, exist_ok=True)
     started = time.time()
     decoding = measure.Decoding(DecodingOptions(options.beam, options.lenpen, options.max_len_a, options.max_len_b),

@@ -7,7 +7,7 @@ each names the bad value and the remedy.
 import os
 import re
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 from fairseq_distill import compat
 from fairseq_distill.errors import DistillError
@@ -124,48 +124,17 @@ def read_test_set(data_bin: str, subset: str) -> TestSet:
     return TestSet(data_bin, subset, meta, sources, references)
 
 
-def data_dictionaries(test: TestSet):
-    """(source, target) fairseq dictionaries of the data."""
-    from fairseq.data import Dictionary
-
-    return tuple(Dictionary.load(os.path.join(test.data_bin, f"dict.{test.meta[side]}.txt"))
-                 for side in ("source_lang", "target_lang"))
-
-
-def first_difference(ours: Sequence[str], theirs: Sequence[str]) -> Optional[str]:
-    """Where two symbol lists part, in words; None if they are the same."""
-    for index, (a, b) in enumerate(zip(ours, theirs)):
-        if a != b:
-            return f"at index {index} ('{b}' where the data has '{a}')"
-    if len(ours) != len(theirs):
-        return f"in size ({len(theirs)} symbols, the data's {len(ours)})"
-    return None
-
-
-def check_dictionaries(model: ModelSpec, state: dict, dictionaries) -> str:
+def check_dictionaries(model: ModelSpec, state: dict, test: TestSet) -> str:
     """The model must use the data's dictionaries, or its ids mean other words. Returns how that
     was checked: ``symbols`` (the model's own dictionaries, stored in the checkpoint or found in
     the data directory it was trained on) or ``sizes`` (none found: its embeddings' rows)."""
-    from fairseq_distill.teacher.frozen import dictionaries_of_checkpoint
+    from fairseq_distill.data_bin import check_model_dictionaries
 
-    found, _searched = dictionaries_of_checkpoint(state, model.path)
-    remedy = ("every model of a report must be trained on the data given as --data (the same "
-              "dictionaries: fairseq-preprocess --srcdict/--tgtdict)")
-    if found is not None:
-        for side, data_dict, symbols in zip(("source", "target"), dictionaries, found):
-            where = first_difference(data_dict.symbols, symbols)
-            if where:
-                raise DistillError(f"{model.role} '{model.name}' ({model.path}): its {side} dictionary differs "
-                                   f"from the data's {where}; {remedy}")
-        return "symbols"
-    weights = state["model"]
-    for side, key, data_dict in (("source", "encoder.embed_tokens.weight", dictionaries[0]),
-                                 ("target", "decoder.embed_tokens.weight", dictionaries[1])):
-        if key in weights and weights[key].size(0) != len(data_dict):
-            raise DistillError(f"{model.role} '{model.name}' ({model.path}): its {side} embedding has "
-                               f"{weights[key].size(0)} rows, the data's {side} dictionary {len(data_dict)} "
-                               f"symbols; {remedy}")
-    return "sizes"
+    return check_model_dictionaries(
+        state, model.path, test.data_bin, test.meta["source_lang"], test.meta["target_lang"],
+        who=f"{model.role} '{model.name}' ({model.path})",
+        remedy="every model of a report must be trained on the data given as --data (the same "
+               "dictionaries: fairseq-preprocess --srcdict/--tgtdict)")
 
 
 def check_threads(threads: Sequence[int]) -> List[int]:

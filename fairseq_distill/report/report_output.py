@@ -2,6 +2,7 @@
 and ``OUT.png`` (BLEU against words/s on the fewest CPU threads timed, one point per model
 and backend, the Pareto front drawn through the points that no other beats on both)."""
 import json
+import os
 from typing import List
 
 from fairseq_distill.evaluation.scoring import markdown as paired_markdown
@@ -247,9 +248,13 @@ def plot(record: dict, path: str):
 def write_report(record: dict, out: str, comparison: dict):
     """``OUT.json``, ``OUT.md`` and ``OUT.png``; adds the Pareto front to ``record``."""
     record["pareto_front"] = pareto(record)
-    with open(out + ".json", "w", encoding="utf-8") as f:
+    # each file is written beside its name first, and the three are moved into place together
+    # at the end: a report that fails half way replaces no file of an earlier one
+    with open(out + ".partial.json", "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2)
         f.write("\n")
-    with open(out + ".md", "w", encoding="utf-8") as f:
+    with open(out + ".partial.md", "w", encoding="utf-8") as f:
         f.write(markdown(record, comparison))
-    plot(record, out + ".png")
+    plot(record, out + ".partial.png")
+    for ext in (".md", ".png", ".json"):  # the JSON, which names the report's models, last
+        os.replace(out + ".partial" + ext, out + ext)

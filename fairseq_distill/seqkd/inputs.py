@@ -200,7 +200,18 @@ def decoding_settings(args, paths, mono_info) -> dict:
         "subset": args.subset, "beam": args.beam, "lenpen": args.lenpen,
         "max_len_a": args.max_len_a, "max_len_b": args.max_len_b, "nbest": args.nbest,
         "source": mono_info,
+        **shard_batching(args),
     }
+
+
+def shard_batching(args) -> dict:
+    """What decides which sentences a shard holds, where that is the batching: fairseq-generate
+    deals whole batches to shards, so shards decoded with another --batch-size or --max-tokens
+    overlap and leave gaps. CTranslate2 takes sentence i into shard i mod N whatever the batching,
+    and one shard holds everything."""
+    if args.backend != "fairseq" or args.num_shards == 1:
+        return {}
+    return {"batch_size": None if args.max_tokens else args.batch_size, "max_tokens": args.max_tokens}
 
 
 def sources_digest(sources: Iterable[str]) -> str:
@@ -242,13 +253,16 @@ class Inputs:
 
 
 def check_sources_not_empty(sources: Iterable[str], data: str, subset: str):
-    """Every source sentence (its subword pieces) has a token besides </s>: the fairseq backend
-    would invent a hypothesis for an empty one and CTranslate2 return none."""
-    empty = [i for i, pieces in enumerate(sources) if not pieces.strip()]
+    """Every source sentence (its subword pieces) shows something: the fairseq backend would invent
+    a hypothesis for an empty one (only </s>, or only invisible characters such as U+200B) and
+    CTranslate2 return none."""
+    from fairseq_distill.text.segmentation import blank_pieces
+
+    empty = [i for i, pieces in enumerate(sources) if blank_pieces(pieces)]
     if empty:
         listed = first_few(empty)
         raise DistillError(
-            f"{data} ({subset}): sentence {empty[0]} has an empty source ({len(empty)} such sentence(s), ids "
+            f"{data} ({subset}): sentence {empty[0]} has an empty source, or one of only invisible characters ({len(empty)} such sentence(s), ids "
             f"{listed}): nothing for the teacher to translate. Remove those pairs from the raw corpus and "
             f"prepare it again (fsd-prepare-corpus refuses blank lines and lines empty after normalisation)")
 

@@ -45,7 +45,7 @@ from fairseq_distill.seqkd.inputs import (Inputs, SeqKDJob, Side, check_options,
                                           shard_path, sources_digest)
 from fairseq_distill.seqkd.merge import merge
 from fairseq_distill.seqkd.output import write_output
-from fairseq_distill.workdir import DirectoryLock, check_output_dir
+from fairseq_distill.workdir import DirectoryLock, check_output_dir, check_outputs
 
 
 def fairseq_teacher(args: SeqKDJob, src: str, tgt: str, sources):
@@ -117,9 +117,11 @@ def decode_shards(args: SeqKDJob, settings: dict, generate) -> Optional[Tuple[fl
             kept += 1
             continue
         if found is not None:
-            differ = sorted(k for k in set(found) | set(settings) if found.get(k) != settings.get(k))
-            print(f"[seqkd] shard {shard_id}/{args.num_shards}: decoding again: the earlier run's "
-                  f"{', '.join(differ)} differ(s) from this run's")
+            from fairseq_distill.seqkd.merge import settings_differences
+
+            print(f"[seqkd] shard {shard_id}/{args.num_shards}: decoding again: it was decoded with other "
+                  f"settings (the earlier run's against this run's: "
+                  f"{settings_differences(found, json.loads(json.dumps(settings)))})")
         generate()
     if len(shard_ids) != args.num_shards:
         return None
@@ -143,6 +145,15 @@ def decoding_summary(decoded: Optional[Tuple[float, int]], num_shards: int, sent
     return summary
 
 
+def job_inputs(args: SeqKDJob):
+    """Every file and folder a seq-KD job reads, named by its option."""
+    teachers = [("--teacher", t) for t in (args.teacher or "").split(":") if t]
+    return [("--data", args.data), *teachers, ("--teacher-translations", args.teacher_translations),
+            ("--teacher-ctranslate2", args.teacher_ctranslate2), ("--teacher-tokenizer", args.teacher_tokenizer),
+            ("--teacher-target-tokenizer", args.teacher_target_tokenizer),
+            ("--raw-train-source", args.raw_train_source), ("--source", args.source)]
+
+
 def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
     """Generate the shards ``args`` asks for and, when all exist, merge them into ``args.out``;
     returns the merge's summary (None after one shard of many)."""
@@ -156,6 +167,7 @@ def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
     check_output_dir(args.work, args.data, "--work")
     if args.work is None and args.out:
         args.work = args.out.rstrip("/") + ".work"
+    check_outputs([("--out", args.out), ("--work", args.work)], job_inputs(args))
     if args.work is None:
         raise DistillError("pass --work (shard outputs) or --out (new data directory)")
     # a shard made alone locks its part of the work directory; any other run, all of it

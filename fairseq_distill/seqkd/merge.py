@@ -26,16 +26,32 @@ PAIRS_FILE = "seqkd_pairs.tsv"  # with --targets K > 1: which sentence and hypot
 PIECES_DIR = "seqkd-pieces"  # in WORK: the pairs binarized a piece at a time, until joined
 
 
+def settings_differences(a: Optional[dict], b: Optional[dict]) -> str:
+    """Where two shards' settings differ, each option with both values ("--batch-size 16 against 64")."""
+    a, b = a or {}, b or {}
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    if not keys:
+        return "one of them has no record of its settings"
+    def shown(value):  # a teacher's record is long: its start tells which
+        text = value if isinstance(value, (int, float, str, type(None))) else json.dumps(value)
+        return str(text) if len(str(text)) <= 60 else str(text)[:57] + "..."
+
+    def name(key):  # an option, or a digest the run records of its input
+        return key.replace("_", " ") if key.endswith("sha256") else f"--{key.replace('_', '-')}"
+
+    return "; ".join(f"{name(k)} {shown(a.get(k))} against {shown(b.get(k))}" for k in keys)
+
+
 def shard_settings(headers, args) -> dict:
-    """The settings every shard was decoded with; shards decoded differently are refused."""
+    """The settings every shard was decoded with; shards decoded differently are refused, naming
+    each option that differs and its two values."""
     settings = [(h or {}).get("settings") for h in headers]
     for shard_id, s in enumerate(settings[1:], 1):
         if s != settings[0]:
-            differ = sorted(k for k in set(s or {}) | set(settings[0] or {})
-                            if (s or {}).get(k) != (settings[0] or {}).get(k)) or ["(no record)"]
             raise DistillError(
                 f"shards 0 and {shard_id} of {args.num_shards} were decoded with different settings "
-                f"({', '.join(differ)}): {settings[0]} vs {s}; decode them again with the same options")
+                f"({settings_differences(settings[0], s)}); decode shard {shard_id} again with shard 0's options "
+                f"(--shard-id {shard_id}), or every shard with the same ones")
     return settings[0] or {}
 
 

@@ -27,10 +27,10 @@ from fairseq.data import data_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from fairseq_distill.data_bin import check_dictionaries, check_subset
+from fairseq_distill.data_bin import DICTIONARIES_KEY, check_dictionaries, check_subset
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import stack_shape
-from fairseq_distill.teacher.frozen import DICTIONARIES_KEY, TeacherEnsemble
+from fairseq_distill.teacher.frozen import TeacherEnsemble
 from fairseq_distill.teacher.cache import TeacherCache
 
 logger = logging.getLogger(__name__)

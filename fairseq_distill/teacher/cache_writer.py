@@ -36,15 +36,16 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from fairseq_distill.data_bin import data_digest, short
+from fairseq_distill.data_bin import data_digest
 from fairseq_distill.errors import DistillError
 from fairseq_distill.losses import ensemble_log_probs
 from fairseq_distill.text.files import file_sha256
+from fairseq_distill.teacher.cache_shards import finished_shard, read_shards, shard_prefix
 from fairseq_distill.teacher.cache import (
     INDICES_FILE, LOG_PROBS_FILE, META_FILE, OFFSETS_FILE, VALUE_DTYPES, CacheMeta, dictionary_digest,
     index_dtype, offsets_from_sizes, sizes_digest,
 )
-from fairseq_distill.workdir import DirectoryLock, check_free_space, check_output_dir
+from fairseq_distill.workdir import DirectoryLock, check_free_space, check_output_dir, check_outputs
 
 PARTIAL = ".partial"  # the suffix of arrays being written, until the switch
 
@@ -73,8 +74,12 @@ class CacheJob:
 
     def settings(self) -> dict:
         """What every shard of one cache must share."""
-        return {"subset": self.subset, "top_k": self.top_k, "temperature": self.temperature,
-                "dtype": self.dtype}
+        # max_tokens: fairseq deals whole batches to shards, so the batching decides which
+        # sentences a shard holds (a sharded cache is then the one-pass cache, bit for bit);
+        # a shard of another batching overlaps the others and leaves gaps
+        settings = {"subset": self.subset, "top_k": self.top_k, "temperature": self.temperature,
+                    "dtype": self.dtype}
+        return {**settings, "max_tokens": self.max_tokens} if self.num_shards > 1 else settings
 
 
 def check_job(job: CacheJob):
@@ -91,6 +96,7 @@ def check_job(job: CacheJob):
     if not os.path.isdir(job.data):
         raise DistillError(f"data directory not found: '{job.data}'")
     check_output_dir(job.out, job.data)
+    check_outputs([("--out", job.out)], [("--teacher", t) for t in (job.teacher or "").split(":") if t])
 
 
 def setup_data(job: CacheJob):
@@ -115,45 +121,9 @@ def setup_data(job: CacheJob):
     return task, task.dataset(job.subset)
 
 
-def shard_prefix(job: CacheJob, shard_id: int) -> str:
-    return os.path.join(job.out, "shards", f"shard{shard_id}-of-{job.num_shards}")
-
-
 def job_data_digest(job: CacheJob, task) -> str:
     """The content digest of the subset the job reads (:func:`fairseq_distill.data_bin.data_digest`)."""
     return data_digest(job.data, job.subset, task.cfg.source_lang, task.cfg.target_lang)
-
-
-def other_data(job: CacheJob, shard_id: int, record: dict, digest: str) -> str:
-    """Why shard ``shard_id`` was made from other data than ``job.data`` ('' if it was not)."""
-    if record.get("data_sha256") == digest:
-        return ""
-    made = (f"its record holds no digest of its data (made by an earlier version, from {record.get('data')})"
-            if not record.get("data_sha256") else
-            f"{record.get('data')} with binarized files of digest {short(record.get('data_sha256'))}; --data has "
-            f"{short(digest)}")
-    return (f"shard {shard_id} of {job.num_shards} ({shard_prefix(job, shard_id)}.done) was made from other data "
-            f"than --data {job.data}: {made} (another data directory, or these data binarized again since)")
-
-
-def finished_shard(job: CacheJob, shard_id: int, digest: str) -> bool:
-    """Whether the shard's ``.done`` record (written last) exists, from these settings, data (by
-    the content of the binarized files) and teachers (by SHA-256): a rerun keeps such a shard;
-    one of other data is made again, saying so."""
-    done = shard_prefix(job, shard_id) + ".done"
-    if not os.path.isfile(done):
-        return False
-    with open(done) as f:
-        record = json.load(f)
-    if (record.get("settings") != json.loads(json.dumps(job.settings()))
-            or record.get("teacher_digests") != [file_sha256(p) for p in job.teacher.split(":")]):
-        return False
-    stale = other_data(job, shard_id, record, digest)
-    if stale:
-        print(f"[cache] shard {shard_id}/{job.num_shards}: made again: it was made from other data: {stale}",
-              file=sys.stderr)
-        return False
-    return True
 
 
 def make_shard(job: CacheJob, task, dataset, shard_id: int, digest: str) -> dict:
@@ -211,41 +181,6 @@ def make_shard(job: CacheJob, task, dataset, shard_id: int, digest: str) -> dict
     print(f"[cache] shard {shard_id}/{job.num_shards}: {len(ids):,} sentences, {tokens:,} target tokens in "
           f"{seconds:.0f}s ({tokens / max(seconds, 1e-9):,.0f} tokens/s)", file=sys.stderr)
     return record
-
-
-def read_shards(job: CacheJob, n_sentences: int, digest: str) -> List[dict]:
-    records = []
-    for shard_id in range(job.num_shards):
-        done = shard_prefix(job, shard_id) + ".done"
-        if not os.path.isfile(done):
-            raise DistillError(f"shard {shard_id} of {job.num_shards} is missing or unfinished: {done} "
-                               f"(run with --shard-id {shard_id} first)")
-        with open(done) as f:
-            record = json.load(f)
-        record["shard_id"] = shard_id
-        stale = other_data(job, shard_id, record, digest)
-        if stale:  # compared with --data, not only with the other shards
-            raise DistillError(f"{stale}; make it again: --shard-id {shard_id} with --teacher and this --data "
-                               f"(or merge with the --data it was made from)")
-        records.append(record)
-    first = records[0]
-    for record in records[1:]:
-        # teachers by content: a shard made on another machine holds its copy at another path
-        for what in ("settings", "teacher_digests", "vocab_size"):
-            if record[what] != first[what]:
-                raise DistillError(f"shards 0 and {record['shard_id']} were made with other {what}: "
-                                   f"{first[what]} against {record[what]}")
-    seen = np.zeros(n_sentences, dtype=np.int64)
-    for record in records:
-        ids = np.asarray(record["ids"], dtype=np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= n_sentences):
-            raise DistillError(f"shard {record['shard_id']} has sentence ids outside the subset (0..{n_sentences - 1})")
-        np.add.at(seen, ids, 1)
-    if (seen != 1).any():
-        missing, twice = np.nonzero(seen == 0)[0], np.nonzero(seen > 1)[0]
-        raise DistillError(f"the shards do not cover the subset exactly once: {missing.size} sentences missing "
-                           f"(first ids {missing[:5].tolist()}), {twice.size} repeated (first {twice[:5].tolist()})")
-    return records
 
 
 def npy_for_writing(path: str, dtype, shape):

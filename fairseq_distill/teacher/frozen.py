@@ -8,7 +8,7 @@ always runs in eval mode under ``torch.no_grad()``.
 """
 import logging
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence
 
 import torch
 from fairseq.data import Dictionary
@@ -16,13 +16,10 @@ from fairseq.models import FairseqEncoderDecoderModel
 
 from fairseq_distill import compat
 from fairseq_distill.errors import DistillError
+from fairseq_distill.data_bin import dictionaries_of_checkpoint
 from fairseq_distill.features import FeatureRequest, Features, run_with_features
 
 logger = logging.getLogger(__name__)
-
-# key under which the distillation task stores its dictionaries in ``task_state``
-DICTIONARIES_KEY = "fairseq_distill_dictionaries"
-
 
 def split_teacher_paths(spec: str) -> List[str]:
     paths = [p for p in spec.split(":") if p.strip()]
@@ -31,71 +28,6 @@ def split_teacher_paths(spec: str) -> List[str]:
             f"--teacher-path '{spec}' names no checkpoint; give one path, or several separated by ':'"
         )
     return paths
-
-
-def training_data_candidates(state, path) -> List[str]:
-    """Where the data directory a checkpoint was trained on may be now.
-
-    fairseq stores ``--data`` and ``--save-dir`` as they were typed, relative to the working
-    directory of that training run. When the checkpoint still sits in its save dir, that
-    directory is the checkpoint's folder less the save dir's own path; otherwise we try the
-    current directory and the checkpoint's folder and its parents.
-    """
-    cfg = state.get("cfg")
-    task_cfg = cfg.get("task") if cfg is not None else None
-    data = str((task_cfg.get("data") if task_cfg is not None else "") or "").split(":")[0]
-    if not data:
-        return []
-    if os.path.isabs(data):
-        return [data]
-    folder = os.path.dirname(os.path.abspath(path))
-    roots = []
-    save_dir = str(((cfg.get("checkpoint") or {}).get("save_dir")) or "")
-    if save_dir and not os.path.isabs(save_dir):
-        parts = os.path.normpath(save_dir).split(os.sep)
-        if folder.split(os.sep)[-len(parts):] == parts:
-            roots.append(os.sep.join(folder.split(os.sep)[:-len(parts)]) or os.sep)
-    roots.append(os.getcwd())
-    while True:
-        roots.append(folder)
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            break
-        folder = parent
-    seen, candidates = set(), []
-    for root in roots:
-        candidate = os.path.normpath(os.path.join(root, data))
-        if candidate not in seen:
-            seen.add(candidate)
-            candidates.append(candidate)
-    return candidates
-
-
-def dictionaries_of_checkpoint(state, path) -> Tuple[Optional[Tuple[List[str], List[str]]], List[str]]:
-    """The (source, target) symbol lists a checkpoint was trained with, if they can be found,
-    and the directories that were searched.
-
-    Checkpoints written by this plugin carry them in ``task_state``; for others we look for
-    ``dict.{lang}.txt`` in the data directory the checkpoint was trained on.
-    """
-    stored = (state.get("task_state") or {}).get(DICTIONARIES_KEY)
-    if stored:
-        return (list(stored["source"]), list(stored["target"])), []
-    cfg = state.get("cfg")
-    task_cfg = cfg.get("task") if cfg is not None else None
-    searched = training_data_candidates(state, path)
-    for data in searched:
-        if not os.path.isdir(data):
-            continue
-        src, tgt = task_cfg.get("source_lang"), task_cfg.get("target_lang")
-        if not (src and tgt):  # fairseq infers them from the file names when not given
-            from fairseq.data import data_utils
-
-            src, tgt = data_utils.infer_language_pair(data)
-        files = [os.path.join(data, f"dict.{lang}.txt") for lang in (src, tgt)] if src and tgt else []
-        if files and all(os.path.isfile(f) for f in files):
-            return tuple(Dictionary.load(f).symbols for f in files), searched
-    return None, searched
 
 
 def check_same_dictionary(side: str, student: Dictionary, teacher_symbols: Sequence[str], path: str):

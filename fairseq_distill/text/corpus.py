@@ -42,6 +42,7 @@ from fairseq_distill.text.binarize import binarize_evaluation, binarize_train, b
 from fairseq_distill.text.segmentation import META_FILE
 from fairseq_distill.text.corpus_steps import Stages, check_split, run_key, segment_split, write_subword_sample
 from fairseq_distill.text.files import file_sha256, first_few
+from fairseq_distill.workdir import check_outputs
 
 # what a rerun compares (besides the inputs), with the option that sets it
 RECORDED_OPTIONS = {"source_lang": "--source-lang", "target_lang": "--target-lang", "bpe": "--bpe",
@@ -244,6 +245,11 @@ def prepare(args):
     keep_blank = set(test_names) if getattr(args, "keep_blank_test_lines", False) else set()
     inputs = {name: {lang: find_side(prefix, lang) for lang in (src, tgt)} for name, prefix in splits}
 
+    # what a run writes or replaces under --out: none of it may hold an input (re-preparing
+    # OUT/raw's own text into OUT would overwrite it while reading it)
+    check_outputs([(f"--out {args.out}: its folder", os.path.join(args.out, d))
+                   for d in ("raw", "tok", "bin", ".prepare")],
+                  [(f"--{name}-prefix", inputs[name][lang]) for name, _ in splits for lang in (src, tgt)])
     meta_path = os.path.join(args.out, "bin", META_FILE)
     if os.path.exists(meta_path) and not args.force:
         check_reuse(args.out, meta_path, inputs, options)

@@ -34,6 +34,15 @@ def normalize_whitespace(line: str) -> str:
     return " ".join(line.split())
 
 
+def blank_pieces(pieces: str) -> bool:
+    """Whether space-joined subword pieces show nothing once their marks (sentencepiece's U+2581,
+    subword-nmt's ``@@``) are removed: no piece, or only whitespace and invisible characters
+    (:func:`fairseq_distill.text.files.is_blank`; e.g. a line of U+200B binarized by stock tools)."""
+    from fairseq_distill.text.files import is_blank
+
+    return is_blank(pieces.replace("@@", "").replace("\u2581", " "))
+
+
 class Segmenter:
     def __init__(self, kind: str, model_path: str):
         if kind not in KINDS:

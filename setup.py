@@ -50,6 +50,7 @@ setup(
             "fsd-benchmark-corpus=fairseq_distill.cli.benchmark_corpus:main",
             "fsd-benchmark-score=fairseq_distill.cli.benchmark_score:main",
             "fsd-report=fairseq_distill.cli.report:main",
+            "fsd-options=fairseq_distill.cli.options:main",
         ]
     },
 )

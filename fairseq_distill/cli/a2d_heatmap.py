@@ -7,12 +7,11 @@ and draws, per attention type, the AAM weight matrix: one row per teacher head, 
 per student head, both labelled layer.head, with lines between layers. Writes the PNG and
 the matrices as JSON next to it.
 """
-import argparse
 import json
 import os
 
 from fairseq_distill.deploy.checkpoint import load_training_checkpoint
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.terms.registry import upgrade_criterion_keys
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import ATTENTION_TYPES
@@ -68,7 +67,7 @@ def plot(matrices: dict, out_png: str):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    p = cli_parser(__doc__, full_doc=False)
     p.add_argument("checkpoint", help="training checkpoint of an a2d run")
     p.add_argument("--out", required=True, help="PNG path (the matrices go to the same name .json)")
     args = p.parse_args(argv)

@@ -7,14 +7,13 @@ stored teacher path), runs student and teacher over a data set, and averages the
 attention weights α over all non-padding positions (or sentences). Writes a PNG (student
 layer × teacher layer, one panel per side) and the matrix as JSON next to it.
 """
-import argparse
 import json
 import os
 
 import torch
 
 from fairseq_distill.deploy.checkpoint import load_training_checkpoint
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.evaluation.plotting import pyplot
 from fairseq_distill.features import run_with_features
 
@@ -102,7 +101,7 @@ def plot(matrices, out_png):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    p = cli_parser(__doc__, full_doc=False)
     p.add_argument("checkpoint", help="training checkpoint of an alp_kd run")
     p.add_argument("--out", required=True, help="PNG path (the matrix goes to the same name .json)")
     p.add_argument("--data", help="data directory (default: the one stored in the checkpoint)")

@@ -5,11 +5,10 @@ segments and binarizes.
     fsd-benchmark-corpus iwslt14_de_en --archive de-en.tgz --out DIR
     fsd-benchmark-corpus wmt14_en_de --archive DIR_OF_ARCHIVES --out DIR [--workers N]
 """
-import argparse
 import json
 import os
 
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 
 CORPORA = ("iwslt14_de_en", "wmt14_en_de", "wmt16_en_de")
 
@@ -31,7 +30,7 @@ def prepare(args):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("``", ""))
+    p = cli_parser(__doc__, full_doc=False)
     p.add_argument("corpus", choices=CORPORA, help="which benchmark's protocol")
     p.add_argument("--archive", required=True, help="the official archive (e.g. IWSLT'14's de-en.tgz) or the "
                                                      "directory it unpacks to; for WMT, the directory holding "

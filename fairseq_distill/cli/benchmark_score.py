@@ -7,11 +7,10 @@
 the paper's BLEU form and with sacreBLEU and chrF (:mod:`fairseq_distill.corpora.scoring`);
 ``table`` writes ``results.md`` and ``results.json`` (:mod:`fairseq_distill.corpora.results`).
 """
-import argparse
 import json
 import os
 
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.errors import DistillError
 
 CORPORA = ("iwslt14_de_en", "wmt14_en_de", "wmt16_en_de")
@@ -40,7 +39,7 @@ def table(args):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("``", ""))
+    p = cli_parser(__doc__, full_doc=False)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("score", help="one system's test-set scores in both BLEU forms")
     s.add_argument("corpus", choices=CORPORA)

@@ -12,16 +12,14 @@ The teacher(s) run once, in eval mode, teacher-forced on the subset's targets; s
 teachers (':'-separated) are averaged before the top-k is taken. For sequence-level KD data,
 cache the teacher on that data directory (its targets are the teacher's translations).
 """
-import argparse
 
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.teacher.cache import VALUE_DTYPES
 from fairseq_distill.teacher.cache_writer import CacheJob, make_teacher_cache
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli_parser(__doc__, full_doc=False)
     p.add_argument("--teacher", help="teacher checkpoint(s), ':'-separated for an ensemble")
     p.add_argument("--data", required=True, help="binarized data directory")
     p.add_argument("--out", required=True, help="cache directory")

@@ -9,7 +9,7 @@ Files hold one sentence per line (lines end at \\n only), in the same order as t
 import argparse
 import json
 
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.errors import DistillError
 from fairseq_distill.workdir import check_outputs
 from fairseq_distill.evaluation.scoring import TESTS, markdown, paired_significance
@@ -24,8 +24,7 @@ def named_file(text: str):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.strip().split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = cli_parser(__doc__)
     p.add_argument("--references", required=True, help="reference translations, one per line")
     p.add_argument("--baseline", required=True, type=named_file, help="NAME=FILE of the baseline")
     p.add_argument("--system", required=True, action="append", type=named_file,

@@ -7,9 +7,8 @@ sub-network uses the layer (lower: layers shared more evenly). ALD (average laye
 mean gap between adjacent layers of a sub-network (1 = contiguous). ``--show`` also lists
 every sub-network (1-based layer numbers).
 """
-import argparse
 
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.depth.strategies import (STRATEGIES, DepthError, average_layer_distance, plan,
                                               supported_depths, task_balance)
 from fairseq_distill.errors import DistillError
@@ -26,8 +25,7 @@ def depth_list(value, flag):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = cli_parser(__doc__)
     p.add_argument("--encoder-layers", type=int, required=True)
     p.add_argument("--decoder-layers", type=int)
     p.add_argument("--encoder-depths", help="comma-separated subset of the divisors (default: all)")

@@ -16,10 +16,9 @@ each CTranslate2 export of it through the same code (segmentation, length-sorted
 beam, length limits), one after the other in this process, and one table compares BLEU,
 speed and model file size (``--out`` saves it as JSON).
 """
-import argparse
 import json
 
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.evaluation.evaluate import backends_table, evaluate, evaluate_backends
 
 
@@ -49,7 +48,7 @@ def evaluate_one(args, extra):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    p = cli_parser(__doc__, full_doc=False)
     p.add_argument("checkpoint", help="checkpoint (several separated by ':' decode as an ensemble)")
     p.add_argument("data_bin", help="binarized data directory")
     p.add_argument("--subset", default="test")

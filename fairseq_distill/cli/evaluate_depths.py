@@ -11,12 +11,11 @@ A ``flexible_transformer`` decodes each pair through ``--model-overrides "{'enco
 OUT.json (with each pair's hypothesis file, for paired tests), OUT.md (BLEU, chrF and
 tokens/s tables) and OUT.png (BLEU heat map).
 """
-import argparse
 import json
 import os
 
 from fairseq_distill.deploy.checkpoint import load_checkpoint
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.cli.depth_strategies import depth_list
 from fairseq_distill.evaluation.evaluate import evaluate
 from fairseq_distill.evaluation.plotting import pyplot
@@ -107,8 +106,7 @@ def evaluate_depths(checkpoint, data_bin, out, prune=None, beam=4, batch_size=12
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = cli_parser(__doc__)
     p.add_argument("checkpoint")
     p.add_argument("data_bin")
     p.add_argument("--out", required=True, help="output prefix: OUT.json, OUT.md, OUT.png")

@@ -6,15 +6,13 @@ DATA_BIN is the directory the student was trained on (its dictionaries and subwo
 are copied beside the converted model). Translate with
 ``fsd-translate --backend ctranslate2 --model-dir OUT_DIR``.
 """
-import argparse
 
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.deploy.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = cli_parser(__doc__)
     p.add_argument("checkpoint")
     p.add_argument("data_bin")
     p.add_argument("out_dir")

@@ -6,14 +6,13 @@ Students of fairseq's architectures (``transformer``) load in stock fairseq with
 plugin; the plugin's own (``deep_transformer*``, ``flexible_transformer``) need
 ``--user-dir fairseq_distill`` to decode, and the export says which it wrote.
 """
-import argparse
 
 from fairseq_distill.deploy.checkpoint import export_decoding_checkpoint
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0])
+    p = cli_parser(__doc__, full_doc=False)
     p.add_argument("checkpoint", help="training checkpoint written by fairseq-train")
     p.add_argument("output", help="where to write the decoding checkpoint")
     args = p.parse_args(argv)

@@ -3,15 +3,13 @@ ordinary ``transformer`` checkpoint that stock ``fairseq-generate`` loads (no --
 
     fsd-export-subnetwork CHECKPOINT OUT.pt --encoder-depth 6 --decoder-depth 3
 """
-import argparse
 
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.depth.extraction import extract_subnetwork
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = cli_parser(__doc__)
     p.add_argument("checkpoint", help="a flexible_transformer checkpoint")
     p.add_argument("output")
     p.add_argument("--encoder-depth", type=int, help="default: the largest")

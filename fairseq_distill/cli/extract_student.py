@@ -7,15 +7,13 @@ One layer per group is kept on each side: groups are the teacher's ``--encoder-g
 its layers unless given an explicit list). Train the student from the result with
 ``--restore-file STUDENT.pt --reset-optimizer --reset-lr-scheduler --reset-meters --reset-dataloader``.
 """
-import argparse
 
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.depth.extraction import KEEP_RULES, extract_student
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = cli_parser(__doc__)
     p.add_argument("teacher", help="teacher checkpoint (training or exported)")
     p.add_argument("output", help="where to write the student checkpoint")
     keep_help = f"one of {', '.join(KEEP_RULES)}, or 1-based layer numbers such as 2,4,6"

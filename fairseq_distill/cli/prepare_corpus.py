@@ -1,9 +1,8 @@
 """``fsd-prepare-corpus``: a parallel corpus prepared for fairseq, subword segmentation and
 binarization (:mod:`fairseq_distill.text.corpus` does the work and documents the layout)."""
-import argparse
 import os
 
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.text.corpus import DEFAULT_MAX_LENGTH, DEFAULT_SUBWORD_SAMPLE, prepare
 from fairseq_distill.text.files import ERRORS
 
@@ -11,7 +10,7 @@ DESCRIPTION = "Prepare a parallel corpus for fairseq: subword segmentation + bin
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=DESCRIPTION)
+    p = cli_parser(DESCRIPTION, full_doc=False)
     p.add_argument("--source-lang", "-s", required=True)
     p.add_argument("--target-lang", "-t", required=True)
     p.add_argument("--train-prefix", required=True, help="PREFIX of PREFIX.{src,tgt}[.gz]")

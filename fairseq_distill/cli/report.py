@@ -13,16 +13,14 @@ fairseq-generate fp16 too. Timings are the fastest of --rounds rounds in which t
 turns. Writes OUT.json, OUT.md and OUT.png (BLEU against words/s on one thread); the exports,
 hypotheses and logs go to --work (default OUT.work).
 """
-import argparse
 
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.report.report import ReportOptions, make_report
 from fairseq_distill.evaluation.scoring import TESTS
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = cli_parser(__doc__)
     p.add_argument("teacher", help="the teacher checkpoint: PATH or NAME=PATH")
     p.add_argument("students", nargs="+", help="student checkpoints: PATH or NAME=PATH")
     p.add_argument("--data", required=True, help="the data directory every model was trained on "

@@ -40,18 +40,15 @@ scores hypotheses cut at the limit differently from fairseq, so sentences that r
 decoded again with fairseq and counted. An ensemble or a deep_transformer teacher cannot be
 decoded with CTranslate2: use --backend fairseq. seqkd_summary.json in OUT has the counts.
 """
-import argparse
 
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.seqkd.selection import SELECTIONS
 from fairseq_distill.seqkd.inputs import BACKENDS, SeqKDJob
 from fairseq_distill.seqkd.job import make_seqkd_data
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
+    p = cli_parser(__doc__, epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--teacher", help="a fairseq teacher checkpoint on the corpus's dictionaries; ':'-separated "
                    "for an ensemble (ensembles: fairseq backend only)")
     p.add_argument("--teacher-translations", metavar="FILE",

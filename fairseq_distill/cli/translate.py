@@ -12,12 +12,11 @@ with a warning naming the line. Progress goes to standard error. The input is re
 output written a window of lines at a time, so memory stays flat on inputs of millions of
 lines; --output is written beside its name (OUTPUT.partial) and moved into place when complete.
 """
-import argparse
 import os
 import sys
 from typing import Optional
 
-from fairseq_distill.cli.common import run_cli
+from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.errors import DistillError
 from fairseq_distill.text.files import ERRORS, iter_lines
 from fairseq_distill.deploy.translators import BACKENDS, DEVICES, DecodingOptions, build_translator, translate_stream
@@ -25,8 +24,7 @@ from fairseq_distill.workdir import check_outputs
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.strip().split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = cli_parser(__doc__)
     p.add_argument("--backend", choices=BACKENDS, default="fairseq")
     p.add_argument("--checkpoint", help="fairseq: the student checkpoint (several joined by ':' form an ensemble)")
     p.add_argument("--data-bin", help="fairseq: the data directory it was trained on (dictionaries, subword model)")

@@ -13,13 +13,14 @@ import json
 import os
 import shutil
 import tempfile
+from typing import Optional
 
 import torch
 from omegaconf import OmegaConf
 
 from fairseq_distill.deploy.checkpoint import load_checkpoint, plain_model_config
 from fairseq_distill.errors import DistillError
-from fairseq_distill.text.segmentation import META_FILE, load_meta
+from fairseq_distill.text.segmentation import META_FILE, load_meta, subword_models
 from fairseq_distill.deploy.translators import DEPLOY_FILE
 
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float32")
@@ -118,11 +119,46 @@ def replace_dir(new: str, out_dir: str):
         shutil.rmtree(old)
 
 
+def deployment_meta(state: dict, data_bin: str, subword_model: Optional[str] = None):
+    """What translating raw text needs beside the model: (the metadata written into the export,
+    {file name in the export: the file to copy there}). From ``fairseq_distill.json`` where
+    fsd-prepare-corpus wrote one; for a stock fairseq data-bin, the languages the checkpoint
+    names and the subword model given (``--subword-model``: a sentencepiece ``.model``, else
+    subword-nmt codes) or the one the data-bin holds."""
+    from fairseq_distill.data_bin import model_languages
+
+    meta = load_meta(data_bin)
+    if meta is not None and not subword_model:
+        kept = {k: v for k, v in meta.items() if k in ("source_lang", "target_lang", "bpe",
+                                                       "sentencepiece_model", "bpe_codes")}
+        return kept, {meta[k]: os.path.join(data_bin, meta[k]) for k in ("sentencepiece_model", "bpe_codes")
+                      if meta.get(k)}
+    src, tgt = model_languages(state, data_bin, meta)
+    if subword_model is None:
+        found = subword_models(data_bin)
+        if len(found) != 1 or len(next(iter(found.values()))) != 1:
+            held = ", ".join(f for files in found.values() for f in files) or "none"
+            raise DistillError(f"{data_bin} has no {META_FILE} (a stock fairseq data-bin) and holds "
+                               f"{'no' if not found else 'more than one'} subword model ({held}): pass "
+                               f"--subword-model FILE, the sentencepiece .model or subword-nmt codes its text "
+                               f"was segmented with")
+        subword_model = os.path.join(data_bin, next(iter(found.values()))[0])
+    if not os.path.isfile(subword_model):
+        raise DistillError(f"--subword-model {subword_model}: no such file")
+    name = os.path.basename(subword_model)
+    if name.endswith(".model"):
+        return ({"source_lang": src, "target_lang": tgt, "bpe": "sentencepiece", "sentencepiece_model": name},
+                {name: subword_model})
+    return ({"source_lang": src, "target_lang": tgt, "bpe": "subword_nmt", "bpe_codes": name},
+            {name: subword_model})
+
+
 def export_ctranslate2(checkpoint: str, data_bin: str, out_dir: str, quantization: str = "int8",
-                       force: bool = False) -> dict:
+                       force: bool = False, subword_model: Optional[str] = None) -> dict:
     """Export ``checkpoint`` with the dictionaries and subword model of ``data_bin`` (the data it
     was trained on, checked by content) to ``out_dir``. The export is written beside ``out_dir``
-    and moved into place when complete."""
+    and moved into place when complete. ``subword_model``: for a data-bin not made by
+    fsd-prepare-corpus, the subword model its text was segmented with."""
     from fairseq_distill.data_bin import check_model_dictionaries
     from fairseq_distill.workdir import check_outputs
 
@@ -132,18 +168,15 @@ def export_ctranslate2(checkpoint: str, data_bin: str, out_dir: str, quantizatio
         raise DistillError("CTranslate2 export needs the package: pip install ctranslate2") from e
     if quantization not in QUANTIZATIONS:
         raise DistillError(f"unknown quantization '{quantization}'; choose one of {', '.join(QUANTIZATIONS)}")
-    check_outputs([("OUT_DIR", out_dir)], [("CHECKPOINT", checkpoint), ("DATA_BIN", data_bin)])
-    meta = load_meta(data_bin)
-    if meta is None:
-        raise DistillError(f"{data_bin} has no {META_FILE}: use the data directory the student was "
-                           f"trained on, as written by prepare_corpus")
+    check_outputs([("OUT_DIR", out_dir)], [("CHECKPOINT", checkpoint), ("DATA_BIN", data_bin),
+                                           ("--subword-model", subword_model)])
     check_out_dir(out_dir, force)
 
     state, model_cfg, arch = read_model(checkpoint)
     reason = unsupported_reason(arch)
     if reason:
         raise DistillError(f"{checkpoint} cannot be exported to CTranslate2: {reason}")
-
+    meta, files = deployment_meta(state, data_bin, subword_model)
     src, tgt = meta["source_lang"], meta["target_lang"]
     check_model_dictionaries(state, checkpoint, data_bin, src, tgt)
     parent = os.path.dirname(os.path.abspath(out_dir))
@@ -152,13 +185,10 @@ def export_ctranslate2(checkpoint: str, data_bin: str, out_dir: str, quantizatio
     try:
         convert(checkpoint, state, model_cfg, data_bin, src, tgt, new, quantization)
         # what translating raw text needs: the subword model and the data's metadata
-        kept = {k: v for k, v in meta.items() if k in ("source_lang", "target_lang", "bpe",
-                                                       "sentencepiece_model", "bpe_codes")}
-        for key in ("sentencepiece_model", "bpe_codes"):
-            if meta.get(key):
-                shutil.copy(os.path.join(data_bin, meta[key]), os.path.join(new, meta[key]))
+        for name, path in files.items():
+            shutil.copy(path, os.path.join(new, name))
         with open(os.path.join(new, META_FILE), "w", encoding="utf-8") as f:
-            json.dump(kept, f, indent=2)
+            json.dump(meta, f, indent=2)
         info = {
             "source_checkpoint": os.path.abspath(checkpoint),
             "arch": arch,

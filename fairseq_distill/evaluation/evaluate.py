@@ -22,20 +22,12 @@ from fairseq_distill.deploy.checkpoint import count_parameters
 from fairseq_distill.errors import DistillError
 from fairseq_distill.evaluation.generate import run_generate
 from fairseq_distill.evaluation.scoring import corpus_scores
-from fairseq_distill.text.segmentation import META_FILE, load_meta
+from fairseq_distill.text.segmentation import META_FILE, load_meta, subword_models
 from fairseq_distill.text.files import read_lines
 from fairseq_distill.workdir import check_outputs
 
 POST_PROCESS = {"sentencepiece": "sentencepiece", "subword_nmt": "subword_nmt"}
 USER_POST_PROCESS = ("--post-process", "--remove-bpe")  # fairseq-generate's flag and its older name
-
-
-def subword_models(data_bin: str) -> dict:
-    """The subword models ``data_bin`` holds, by kind: subword-nmt codes, sentencepiece models."""
-    names = sorted(os.listdir(data_bin))
-    found = {"subword_nmt": [n for n in names if n in ("bpe.codes", "codes", "code") or n.endswith(".codes")],
-             "sentencepiece": [n for n in names if n.endswith(".model")]}
-    return {kind: files for kind, files in found.items() if files}
 
 
 def post_process(data_bin: str, meta, extra_args) -> list:

@@ -29,6 +29,14 @@ def load_meta(directory: str):
         return json.load(f)
 
 
+def subword_models(data_bin: str) -> dict:
+    """The subword models ``data_bin`` holds, by kind: subword-nmt codes, sentencepiece models."""
+    names = sorted(os.listdir(data_bin))
+    found = {"subword_nmt": [n for n in names if n in ("bpe.codes", "codes", "code") or n.endswith(".codes")],
+             "sentencepiece": [n for n in names if n.endswith(".model")]}
+    return {kind: files for kind, files in found.items() if files}
+
+
 def normalize_whitespace(line: str) -> str:
     """Runs of whitespace (as fairseq and ``str.split()`` see it) as one space, none at the ends."""
     return " ".join(line.split())

@@ -1,0 +1,144 @@
+"""Issue 69, what a user acts on: the plugin from outside the checkout, its options listed, every
+tool's defaults in --help, fsd-translate's threads and device, a stock fairseq data-bin's model
+deployed."""
+import contextlib
+import io
+import os
+import re
+import shutil
+import sys
+
+import pytest
+import torch
+
+from fairseq_distill.errors import DistillError
+
+from helpers import REPO, TINY_MODEL, TRAIN_FLAGS
+
+
+def help_of(module: str) -> str:
+    """What ``fsd-... --help`` prints (in-process: the front end's main)."""
+    import importlib
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as raised:
+        importlib.import_module(f"fairseq_distill.cli.{module}").main(["--help"])
+    assert raised.value.code == 0
+    return out.getvalue()
+
+
+def console_scripts():
+    text = open(os.path.join(REPO, "setup.py"), encoding="utf-8").read()
+    return re.findall(r'"(fsd-[\w-]+)=fairseq_distill\.cli\.(\w+):main"', text)
+
+
+def test_every_tools_help_shows_its_defaults_and_a_whole_first_sentence():
+    scripts = console_scripts()
+    assert ("fsd-options", "options") in scripts and len(scripts) >= 18
+    for script, module in scripts:
+        text = help_of(module)
+        # the description: the docstring's whole first paragraph, never cut at a line end
+        description = text.split("\n\n")[1]
+        assert description.rstrip().endswith((".", ")", ":")), (script, description)
+    assert re.search(r"--beam BEAM\s+default: 4", help_of("translate"))
+    assert re.search(r"--beam BEAM\s+.*default: 5", help_of("seqkd"), re.S)
+    assert "(default: 64)" in help_of("translate") and "(default: int8)" not in help_of("export_ctranslate2")
+    assert "no --user-dir)." in help_of("export_subnetwork").split("\n\n")[1]
+
+
+def test_fsd_options_lists_a_criterions_options_with_their_defaults(capsys):
+    from fairseq_distill.cli.options import main
+
+    main(["ckd"])
+    said = capsys.readouterr().out
+    assert said.startswith("--criterion ckd (criterion, ")
+    for option, default in (("--kd-temperature", "(default: 1.0)"), ("--layer-weight", "(default: 0.7)"),
+                            ("--ckd-form {released,paper}", "released (default)")):
+        start = said.index(f"  {option}")
+        assert default in said[start:start + 300], option
+    main(["translation_distill"])
+    assert "--teacher-path" in capsys.readouterr().out
+    main(["deep_transformer"])
+    assert "--encoder-layers" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as raised:
+        main(["ckdd"])
+    assert "'ckdd' is no criterion, task or architecture" in str(raised.value) and "ckd" in str(raised.value)
+    main(["--user-dir"])
+    folder = capsys.readouterr().out.strip()
+    assert os.path.isfile(os.path.join(folder, "__init__.py")) and os.path.basename(folder) == "fairseq_distill"
+
+
+@pytest.mark.slow
+def test_the_plugin_trains_from_a_directory_outside_the_checkout(tiny_data, tiny_teacher, tmp_path):
+    """The README's form, --user-dir "$(fsd-options --user-dir)", from a directory with no
+    fairseq_distill/ in it; the bare --user-dir fairseq_distill fails there (why the docs give
+    the other form)."""
+    import subprocess
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    folder = subprocess.run([sys.executable, "-m", "fairseq_distill.cli.options", "--user-dir"], cwd=elsewhere,
+                            capture_output=True, text=True, check=True, env=env).stdout.strip()
+    train = [sys.executable, "-m", "fairseq_cli.train", tiny_data, "--task", "translation_distill",
+             "--teacher-path", tiny_teacher, "--criterion", "word_kd", *TRAIN_FLAGS, *TINY_MODEL,
+             "--max-update", "1", "--save-dir", str(tmp_path / "save")]
+    done = subprocess.run(train + ["--user-dir", folder], cwd=elsewhere, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (tmp_path / "save" / "checkpoint_last.pt").is_file()
+    bare = subprocess.run(train + ["--user-dir", "fairseq_distill"], cwd=elsewhere, capture_output=True, text=True,
+                          env=env)
+    if os.path.dirname(folder) != os.path.dirname(os.path.dirname(__import__("fairseq").__file__)):
+        assert bare.returncode != 0  # an editable install: the plugin is not beside fairseq
+
+
+def test_translate_takes_threads_and_a_device_and_refuses_bad_ones(tiny_data, tiny_teacher):
+    from fairseq_distill.deploy.translators import DecodingOptions, build_translator
+
+    before = torch.get_num_threads()
+    try:
+        translator, _ = build_translator("fairseq", DecodingOptions(), tiny_teacher, tiny_data, device="cpu",
+                                         threads=1)
+        assert torch.get_num_threads() == 1 and translator.device.type == "cpu"
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(DistillError, match="--threads must be at least 1, got 0"):
+        build_translator("fairseq", DecodingOptions(), tiny_teacher, tiny_data, threads=0)
+    if not torch.cuda.is_available():
+        with pytest.raises(DistillError, match="--device cuda: no CUDA device is visible here; use --device cpu"):
+            build_translator("fairseq", DecodingOptions(), tiny_teacher, tiny_data, device="cuda")
+
+
+def test_a_model_of_a_stock_fairseq_data_bin_deploys_without_preparing_again(tiny_data, tiny_teacher, tmp_path):
+    """A data-bin without fairseq_distill.json (as fairseq-preprocess leaves it, beside its
+    sentencepiece model): the export takes the languages from the checkpoint and the subword
+    model from the directory, and the exported model translates raw text as the fairseq one does."""
+    from fairseq_distill.deploy.ctranslate2_export import export_ctranslate2
+    from fairseq_distill.deploy.translators import (CTranslate2Translator, DecodingOptions, FairseqTranslator,
+                                                    translate_lines)
+    from fairseq_distill.text.segmentation import Segmenter, load_meta
+
+    stock = tmp_path / "stock"
+    shutil.copytree(tiny_data, stock)
+    meta = load_meta(str(stock))
+    os.remove(stock / "fairseq_distill.json")
+    assert (stock / meta["sentencepiece_model"]).is_file()
+    info = export_ctranslate2(tiny_teacher, str(stock), str(tmp_path / "ct2"), "float32")
+    assert (info["source_lang"], info["target_lang"]) == ("de", "en")
+    deployed = load_meta(str(tmp_path / "ct2"))
+    assert deployed["bpe"] == "sentencepiece" and (tmp_path / "ct2" / deployed["sentencepiece_model"]).is_file()
+    lines = ["Ein Hund läuft.", "Zwei Männer spielen Fußball."]
+    options = DecodingOptions(beam=1)
+    ours = translate_lines(lines, CTranslate2Translator(str(tmp_path / "ct2"), options, "cpu"),
+                           Segmenter.from_dir(str(tmp_path / "ct2")), progress=False).outputs
+    theirs = translate_lines(lines, FairseqTranslator(tiny_teacher, tiny_data, options, "cpu"),
+                             Segmenter.from_dir(tiny_data), progress=False).outputs
+    assert ours == theirs
+    # with no subword model there, it says which option gives it
+    os.remove(stock / meta["sentencepiece_model"])
+    with pytest.raises(DistillError, match=r"has no fairseq_distill.json \(a stock fairseq data-bin\) and holds no "
+                                           r"subword model \(none\): pass --subword-model FILE"):
+        export_ctranslate2(tiny_teacher, str(stock), str(tmp_path / "ct2b"), "float32")
+    info = export_ctranslate2(tiny_teacher, str(stock), str(tmp_path / "ct2b"), "float32",
+                              subword_model=os.path.join(tiny_data, meta["sentencepiece_model"]))
+    assert load_meta(str(tmp_path / "ct2b"))["sentencepiece_model"] == meta["sentencepiece_model"]

@@ -30,6 +30,9 @@ setup(
         "deploy": ["ctranslate2>=4.0"],  # CTranslate2 export and backend
         "teachers": ["ctranslate2>=4.0", "transformers"],  # fsd-seqkd --teacher-ctranslate2 with a Hugging Face tokenizer
         "recipes": ["sacremoses"],  # the benchmark recipes' Moses tokenisation
+        # everything the README and the guides go on to use: CTranslate2 (export, fsd-report,
+        # --backend ctranslate2), the report's plot, Hugging Face tokenizers, Moses tokenisation
+        "all": ["ctranslate2>=4.0", "matplotlib", "transformers", "sacremoses"],
     },
     entry_points={
         "console_scripts": [

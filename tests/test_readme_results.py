@@ -80,25 +80,6 @@ def rows_by_name(recipe: str) -> dict:
     return {row["name"]: row for row in committed(recipe)["rows"]}
 
 
-def test_the_headline_table_quotes_the_committed_rows():
-    rows = table_rows(readme_section("What you get"), "run")
-    assert {recipe for _, recipe, *_ in rows} >= {"papers", "foundation"}
-    for run, recipe, _kd, shape, params, bleu, speed in rows:
-        row = rows_by_name(recipe).get(run)
-        assert row, f"README What you get: no row '{run}' in bench/results/{recipe}.json"
-        spread = committed(recipe).get("seeds", {}).get("rows", {}).get(run, {}).get("bleu")
-        if "±" in bleu:  # several seeds: their mean and sd
-            assert spread and numbers(bleu) == [spread["mean"], spread["sd"]], (run, bleu, spread)
-        else:
-            assert float(bleu) == row["bleu"], f"README What you get, {run}: BLEU {bleu}, committed {row['bleu']}"
-        assert params == f"{row['parameters'] / 1e6:.2f}M", (run, params, row["parameters"])
-        assert int(speed) == round(row["tokens_per_second"]), (run, speed, row["tokens_per_second"])
-        s = row["shape"]
-        layers, dim, ffn = (c.strip() for c in shape.split(","))
-        assert layers == f"{s['encoder-layers']}+{s['decoder-layers']}", (run, shape)
-        assert (int(dim), int(ffn)) == (s["encoder-embed-dim"], s["encoder-ffn-embed-dim"]), (run, shape)
-
-
 # README's methods table: per row (its label's first words) the committed comparisons whose
 # difference and p it may quote, pooled over the papers recipe's seeds (row, baseline) or one
 # recipe's paired test (recipe, baseline, row), and the method's row of docs/reproducing.md's
@@ -283,7 +264,7 @@ def test_the_readmes_prose_quotes_only_committed_figures():
     defaults = ("student", "student-wordkd", "ckd", "a2d", "pkd-default", "alp-kd-default")
     allowed |= rounded(*(rows_by_name("readme_defaults")[name]["bleu"] for name in defaults))
     allowed |= set().union(*(paired("readme_defaults", "student", name) for name in defaults[1:]))
-    for title in ("What you get", "Methods", "Which method when"):
+    for title in (BENCHMARK_SECTION, "Methods", "Which method when"):
         section = re.sub(r"```.*?```", "", readme_section(title), flags=re.S)
         prose = "\n".join(line for line in section.splitlines() if not line.startswith("|"))
         quoted = figures(prose, DECIMAL)
@@ -295,9 +276,9 @@ def test_the_readme_is_short():
         assert sum(1 for _ in f) <= 180
 
 
-# README's first screen: the teacher and its best student as deployed, from the committed
-# deployment reports (bench/results/report_<recipe>.json, made by bench/report_card.py)
-DEPLOY_SECTION = "At deployment"
+# README's one benchmark: the teacher and every student of the papers' deployment report
+# (bench/results/report_papers.json, made by bench/report_card.py), in one stated setting
+BENCHMARK_SECTION = "One benchmark, one setting"
 MODEL_NAME = re.compile(r"`([^`]+)`")
 
 
@@ -305,27 +286,76 @@ def report(recipe: str) -> dict:
     return committed(f"report_{recipe}")
 
 
-def test_the_deployment_headline_quotes_the_committed_reports():
-    section = readme_section(DEPLOY_SECTION)
-    rows = table_rows(section, "recipe")
-    recipes = {}
-    for recipe, model, params, bleu, size, speed, ratio in rows:
-        data = report(recipe)
-        models = {m["name"]: m for m in data["models"]}
-        name = MODEL_NAME.search(model).group(1)
-        assert name in models, f"README {DEPLOY_SECTION}: no model '{name}' in bench/results/report_{recipe}.json"
-        m, teacher = models[name], models[data["teacher"]]
-        assert params == f"{m['parameters'] / 1e6:.2f}M", (name, params, m["parameters"])
-        assert float(bleu) == m["quality"]["fairseq"]["bleu"], (name, bleu)
+def test_the_benchmark_table_is_the_committed_report_one_row_per_model():
+    section = readme_section(BENCHMARK_SECTION)
+    data = report("papers")
+    rows = table_rows(section, "model")
+    names = [MODEL_NAME.search(cells[0]).group(1) for cells in rows]
+    assert names == [m["name"] for m in data["models"]], "one row per model of the report, in its order"
+    models = {m["name"]: m for m in data["models"]}
+    teacher = models[data["teacher"]]
+    teacher_speed = teacher["cpu"]["1"]["ctranslate2-int8"]["words_per_second"]
+    for cells in rows:
+        name, layers, _kd, params, bleu, chrf, size, speed, ratio = cells
+        m = models[MODEL_NAME.search(name).group(1)]
+        assert params == f"{m['parameters'] / 1e6:.2f}M", (name, params)
+        assert float(bleu) == m["quality"]["fairseq"]["bleu"] and float(chrf) == round(m["quality"]["fairseq"]["chrf"], 2)
         assert size == f"{m['size_bytes']['ctranslate2-int8'] / 2 ** 20:.1f} MiB", (name, size)
-        int8 = m["cpu"]["1"]["ctranslate2-int8"]["words_per_second"]
-        assert int(speed.replace(",", "")) == round(int8), (name, speed, int8)
-        expected = int8 / teacher["cpu"]["1"]["ctranslate2-int8"]["words_per_second"]
-        assert ratio == f"{expected:.2f}×", (name, ratio, expected)
-        recipes.setdefault(recipe, []).append((m["role"], name))
-        assert f"(bench/results/report_{recipe}.md)" in section, f"README {DEPLOY_SECTION}: no link to report_{recipe}.md"
-    for recipe, shown in recipes.items():
-        # the teacher and the student of the highest BLEU, as the section says
-        students = [m for m in report(recipe)["models"] if m["role"] == "student"]
-        best = max(students, key=lambda m: m["quality"]["fairseq"]["bleu"])["name"]
-        assert sorted(shown) == [("student", best), ("teacher", report(recipe)["teacher"])], (recipe, shown)
+        words = m["cpu"]["1"]["ctranslate2-int8"]["words_per_second"]
+        assert int(speed.replace(",", "")) == round(words) and ratio == f"{words / teacher_speed:.2f}×", name
+    # the setting, stated once: data, metric, beam, backend, threads, machine, rounds
+    setting = section.split("\n|")[0]
+    assert f"{data['data']['sentences']:,} sentences" in setting and f"beam {data['decoding']['beam']}" in setting
+    assert data["machine"]["cpu"] in setting and f"{data['timing']['rounds']} rounds" in setting
+    assert "one thread" in setting and "(bench/results/report_papers.md)" in section
+
+
+def test_the_readme_gives_the_teacher_one_score():
+    """The teacher's score is the benchmark's; no other BLEU of a teacher is quoted in the README."""
+    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    score = f"{report('papers')['models'][0]['quality']['fairseq']['bleu']:.2f}"
+    others = set()
+    for recipe in ("papers", "foundation", "gpkd", "seqkd_select", "seqkd_control", "report_foundation"):
+        path = os.path.join(RESULTS, f"{recipe}.json")
+        if not os.path.isfile(path):
+            continue
+        data = committed(recipe)
+        for row in data.get("rows", []) + data.get("models", []):
+            if row.get("name", "").startswith("teacher"):
+                bleu = row.get("bleu") or row.get("quality", {}).get("fairseq", {}).get("bleu")
+                if bleu is not None and f"{bleu:.2f}" != score:
+                    others.add(f"{bleu:.2f}")
+    assert others and not [s for s in others if s in text], f"README quotes other teacher scores: {others}"
+    assert text.count(score) == 1
+
+
+def scale_durations() -> set:
+    """Each scale.md run's time as the docs write it (``8 min 04 s``, ``1 h 02 min``, ``37 s``)."""
+    said = set()
+    for row in committed("scale")["rows"]:
+        seconds = round(row["seconds"])
+        hours, rest = divmod(seconds, 3600)
+        minutes, secs = divmod(rest, 60)
+        said |= {f"{hours} h {minutes:02d} min", f"{minutes} min {secs:02d} s", f"{secs} s"}
+    return said
+
+
+def test_the_quickstart_and_the_guides_quote_only_committed_figures():
+    """Every time and figure of the README's quickstart and docs/guides.md is a committed
+    result's: training minutes (papers, foundation), decode seconds (seq-KD backends, a
+    CTranslate2 model), the data tools' times at scale."""
+    minutes = rounded(*(r["train_seconds"] / 60 for recipe in ("papers", "foundation")
+                        for r in committed(recipe)["rows"] if r.get("train_seconds")))
+    seconds = decode_seconds("seqkd_backends") | decode_seconds("external_teacher") | decode_seconds("foundation")
+    allowed = minutes | seconds
+    # the README's own statements about itself: the demo's and the suite's stated durations
+    stated = {36.0, 5.0}  # the suite: about 36 min from a fresh clone, its fast tier under 5 min
+    durations = scale_durations()
+    guides = open(os.path.join(REPO, "docs", "guides.md"), encoding="utf-8").read()
+    for name, text in (("README Quickstart", readme_section("Quickstart")), ("docs/guides.md", guides)):
+        prose = re.sub(r"```.*?```", "", text, flags=re.S)
+        for clock in re.findall(r"\d+ h \d{2} min|\d+ min \d{2} s", prose):
+            assert clock in durations, f"{name}: '{clock}' is no committed scale.md time"
+            prose = prose.replace(clock, "")
+        quoted = figures(prose, re.compile(r"\d+(?:\.\d+)?(?=\s?(?:s\b|min\b))"))
+        assert set(quoted) <= allowed | stated, f"{name}: figures {sorted(set(quoted) - allowed - stated)} are not committed"

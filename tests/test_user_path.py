@@ -142,3 +142,33 @@ def test_a_model_of_a_stock_fairseq_data_bin_deploys_without_preparing_again(tin
     info = export_ctranslate2(tiny_teacher, str(stock), str(tmp_path / "ct2b"), "float32",
                               subword_model=os.path.join(tiny_data, meta["sentencepiece_model"]))
     assert load_meta(str(tmp_path / "ct2b"))["sentencepiece_model"] == meta["sentencepiece_model"]
+
+
+@pytest.mark.slow
+def test_the_readme_quickstart_runs_as_written_from_outside_the_checkout(tmp_path):
+    """README's quickstart, step 3, copied as a user copies it, in a directory outside the
+    checkout; only the sizes shrink (a 200-pair slice of its corpus, 2 updates a model, a short
+    report)."""
+    import subprocess
+
+    from helpers import write_slice
+
+    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    block = re.search(r"```bash\n(.*?)```", text[text.index("## Quickstart"):], re.S).group(1)
+    raw = tmp_path / "corpus"
+    raw.mkdir()
+    for split, source, n in (("train", "train", 200), ("val", "val", 20), ("test_2016_flickr", "test_2016_flickr", 20)):
+        write_slice(str(raw), split, source, n)
+    small = (block.replace('$(dirname "$PLUGIN")/data/multi30k', str(raw))
+             .replace("--vocab-size 8000", "--vocab-size 300")
+             .replace("--max-epoch 20", "--max-update 2").replace("--max-epoch 10", "--max-update 2")
+             .replace("--out report", "--out report --rounds 1 --threads 1 --latency-sentences 5"))
+    assert small.count("--max-update 2") == 2 and "--latency-sentences 5" in small and str(raw) in small
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", small], cwd=work, capture_output=True, text=True,
+                          env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (work / "student-int8" / "model.bin").is_file() and (work / "report.md").is_file()
+    assert len(done.stdout.splitlines()[-1:]) == 1  # the translation of the one input line

@@ -119,6 +119,10 @@ def test_masked_positions_contribute_nothing():
     rng = random.Random(3)
     student = random_maps(rng, 4)
     teacher = teacher_rows_on_real_keys(random_maps(rng, 6))
+    # the alignment's initialisation from a seed of its own: drawn from torch's global generator,
+    # it depended on the tests run before on the same worker, and a few draws leave the real
+    # position changed below without effect on the loss (the last assertion then fails)
+    torch.manual_seed(0)
     aam = AttentionAlignment((2, 2), (3, 2))
     key, query = masks()
     base = attention_kl(as_layers(teacher, 3, 2), aam(as_layers(student, 2, 2)), key, query)

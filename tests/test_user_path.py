@@ -148,3 +148,39 @@ def test_the_readme_quickstart_runs_as_written_from_outside_the_checkout(tmp_pat
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (work / "student-int8" / "model.bin").is_file() and (work / "report.md").is_file()
     assert len(done.stdout.splitlines()[-1:]) == 1  # the translation of the one input line
+
+
+@pytest.mark.slow
+def test_new_text_prepared_on_a_teachers_vocabulary_is_read_by_that_teacher(tiny_data, tiny_teacher, tmp_path):
+    """fsd-prepare-corpus --vocabulary-from DATA_BIN: other text, the teacher's subword model and
+    dictionaries (byte for byte), so the teacher (and a student distilled on it) reads the new data;
+    a stock data-bin without its subword model names --subword-model."""
+    import hashlib
+    import subprocess
+
+    from helpers import prepare_corpus_argv, run, write_slice
+
+    from fairseq_distill.data_bin import check_checkpoints_match_data
+    from fairseq_distill.text.segmentation import load_meta
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split, source, n in (("train", "val", 300), ("valid", "test_2016_flickr", 20), ("test", "test_2016_flickr", 30)):
+        write_slice(str(raw), split, source, n)
+    out = tmp_path / "new"
+    said = run(prepare_corpus_argv(raw, out, "--vocabulary-from", tiny_data, "--workers", "1")).stdout
+    assert f"the sentencepiece model and dictionaries of {tiny_data}" in said
+    for name in ("dict.de.txt", "dict.en.txt", load_meta(tiny_data)["sentencepiece_model"]):
+        assert hashlib.sha256((out / "bin" / name).read_bytes()).digest() == \
+            hashlib.sha256(open(os.path.join(tiny_data, name), "rb").read()).digest(), name
+    check_checkpoints_match_data(tiny_teacher, str(out / "bin"))  # the teacher's dictionaries: accepted
+    assert load_meta(str(out / "bin"))["vocabulary_from"] == os.path.abspath(tiny_data)
+    # a stock data-bin: dictionaries, no subword model recorded or held
+    stock = tmp_path / "stock"
+    stock.mkdir()
+    for name in ("dict.de.txt", "dict.en.txt"):
+        shutil.copy(os.path.join(tiny_data, name), stock / name)
+    done = subprocess.run(prepare_corpus_argv(raw, tmp_path / "other", "--vocabulary-from", str(stock)),
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "records no subword model and holds no (none): pass --subword-model FILE" \
+        in done.stderr, done.stderr[-1000:]

@@ -39,6 +39,13 @@ def build_parser():
                    help="keep a test set's blank lines (or lines the subword model empties) in place, aligned, as "
                         "empty sentences, instead of refusing them: an official protocol may keep them (fairseq's "
                         "prepare-iwslt14.sh does); each is scored as the empty reference of its line")
+    p.add_argument("--vocabulary-from", metavar="DATA_BIN",
+                   help="segment and binarize with DATA_BIN's subword model and dictionaries (a teacher's "
+                        "data-bin) instead of learning new ones, so that models trained on DATA_BIN read the new "
+                        "data; --bpe and --vocab-size then do not apply")
+    p.add_argument("--subword-model", metavar="FILE",
+                   help="with --vocabulary-from: the sentencepiece .model or subword-nmt codes DATA_BIN's text was "
+                        "segmented with, where DATA_BIN does not record or hold it (a stock fairseq data-bin)")
     p.add_argument("--force", action="store_true",
                    help="prepare again even if OUT was prepared before (by default OUT is reused if it "
                         "was made from the same inputs and options, and refused if not)")

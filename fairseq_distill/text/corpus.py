@@ -27,6 +27,10 @@ hold exactly one sentence per input line.
 modification time and SHA-256; the options that change the output). A rerun into OUT
 reuses it when those are the same and refuses, naming what differs, when they are not,
 unless ``--force``.
+
+``--vocabulary-from DATA_BIN`` takes the subword model and the dictionaries of an existing
+data-bin (a teacher's) instead of learning new ones: the new data then use the teacher's ids,
+and pieces its dictionary lacks binarize as ``<unk>``, counted in the log.
 """
 import contextlib
 import io
@@ -219,6 +223,45 @@ def check_sizes(data_utils, bin_dir, tok_dir, src, tgt, sizes):
                     f"lines; {os.path.join(tok_dir, f'{name}.{lang}')} must have one line per sentence")
 
 
+SUBWORD_FILE = {"sentencepiece": "sentencepiece.model", "subword_nmt": "bpe.codes"}
+
+
+def vocabulary_of(data_bin, subword_model, src, tgt):
+    """``--vocabulary-from DATA_BIN``: its segmentation kind and files (the subword model, each
+    side's dictionary), checked; None without it."""
+    from fairseq_distill.text.segmentation import load_meta, subword_models
+
+    if subword_model and not data_bin:
+        raise DistillError("--subword-model goes with --vocabulary-from DATA_BIN (the data-bin whose dictionaries "
+                           "the new data take); without it a subword model is learned from the training text")
+    if not data_bin:
+        return None
+    if not os.path.isdir(data_bin):
+        raise DistillError(f"--vocabulary-from {data_bin}: no such directory")
+    files = {f"dict.{lang}.txt": os.path.join(data_bin, f"dict.{lang}.txt") for lang in (src, tgt)}
+    missing = [name for name, path in files.items() if not os.path.isfile(path)]
+    if missing:
+        found = sorted(n for n in os.listdir(data_bin) if n.startswith("dict."))
+        raise DistillError(f"--vocabulary-from {data_bin} has no {missing[0]} (it has {', '.join(found) or 'no dictionary'}): "
+                           f"give the data-bin of these languages, -s {src} -t {tgt}")
+    meta = load_meta(data_bin) or {}
+    if subword_model is None and meta.get("bpe") in SUBWORD_FILE:
+        name = meta.get("sentencepiece_model") if meta["bpe"] == "sentencepiece" else meta.get("bpe_codes")
+        subword_model = os.path.join(data_bin, name or "")
+    if subword_model is None:
+        found = subword_models(data_bin)
+        if len(found) != 1 or len(next(iter(found.values()))) != 1:
+            held = ", ".join(f for names in found.values() for f in names) or "none"
+            raise DistillError(f"--vocabulary-from {data_bin} records no subword model and holds "
+                               f"{'no' if not found else 'more than one'} ({held}): pass --subword-model FILE, the "
+                               f"sentencepiece .model or subword-nmt codes its text was segmented with")
+        subword_model = os.path.join(data_bin, next(iter(found.values()))[0])
+    if not os.path.isfile(subword_model):
+        raise DistillError(f"--subword-model {subword_model}: no such file")
+    bpe = "sentencepiece" if subword_model.endswith(".model") else "subword_nmt"
+    return {"bpe": bpe, "files": {"subword_model": subword_model, **files}}
+
+
 def prepare(args):
     started = time.time()
     src, tgt = args.source_lang, args.target_lang
@@ -242,6 +285,11 @@ def prepare(args):
                "errors": errors, "splits": [name for name, _ in splits], "max_length": max_length,
                "subword_sample": sample,
                **({"keep_blank_test_lines": True} if getattr(args, "keep_blank_test_lines", False) else {})}
+    vocabulary = vocabulary_of(getattr(args, "vocabulary_from", None), getattr(args, "subword_model", None), src, tgt)
+    if vocabulary:
+        args.bpe = vocabulary["bpe"]
+        options.update(bpe=args.bpe, vocab_size=None, spm_model_type=None, subword_sample=None,
+                       vocabulary_from={k: describe_input(v) for k, v in vocabulary["files"].items()})
     keep_blank = set(test_names) if getattr(args, "keep_blank_test_lines", False) else set()
     inputs = {name: {lang: find_side(prefix, lang) for lang in (src, tgt)} for name, prefix in splits}
 
@@ -271,6 +319,12 @@ def prepare(args):
     pairs = {name: stages.done[f"checked {name}"] for name, _ in splits}
 
     raw_dir, tok_dir, bin_dir = (os.path.join(args.out, d) for d in ("raw", "tok", "bin"))
+    if "subword model" not in stages.done and vocabulary:
+        if os.path.isdir(bin_dir):
+            shutil.rmtree(bin_dir)
+        os.makedirs(bin_dir)
+        shutil.copy(vocabulary["files"]["subword_model"], os.path.join(bin_dir, SUBWORD_FILE[args.bpe]))
+        stages.finish("subword model", 0)
     if "subword model" not in stages.done:
         if os.path.isdir(bin_dir):
             shutil.rmtree(bin_dir)
@@ -286,8 +340,12 @@ def prepare(args):
         os.remove(train_text)
         stages.finish("subword model", taken)
     taken = stages.done["subword model"]
-    of = "" if taken == pairs["train"] else f", learned from {taken:,} evenly spaced training pairs (--subword-sample)"
-    print(f"[prepare] learned a joint {args.bpe} model (size {args.vocab_size}{of})")
+    if vocabulary:
+        print(f"[prepare] the {args.bpe} model and dictionaries of {args.vocabulary_from} "
+              f"({vocabulary['files']['subword_model']})")
+    else:
+        of = "" if taken == pairs["train"] else f", learned from {taken:,} evenly spaced training pairs (--subword-sample)"
+        print(f"[prepare] learned a joint {args.bpe} model (size {args.vocab_size}{of})")
     if args.bpe == "sentencepiece":
         kind, model = "sentencepiece", os.path.join(bin_dir, "sentencepiece.model")
         bpe_meta = {"bpe": "sentencepiece", "sentencepiece_model": "sentencepiece.model"}
@@ -326,6 +384,12 @@ def prepare(args):
 
     log_path = os.path.join(args.out, "preprocess.log")
     dictionary_dir = os.path.join(stages.dir, "dictionary")
+    if "dictionary" not in stages.done and vocabulary:
+        os.makedirs(dictionary_dir, exist_ok=True)
+        open(log_path, "w").close()
+        for lang in (src, tgt):
+            shutil.copy(vocabulary["files"][f"dict.{lang}.txt"], os.path.join(dictionary_dir, f"dict.{lang}.txt"))
+        stages.finish("dictionary", 0)
     if "dictionary" not in stages.done:
         stages.finish("dictionary", build_dictionary(src, tgt, tok_dir, dictionary_dir, args.workers, log_path))
     train = segmented["train"]
@@ -345,8 +409,11 @@ def prepare(args):
     with open(os.path.join(bin_dir, f"dict.{src}.txt"), encoding="utf-8") as f:
         types = sum(1 for _ in f)
     pieces = stages.done["merged train"]
+    which = (f"the dictionaries of {args.vocabulary_from} ({types:,} {src} types plus 4 specials; pieces they lack "
+             f"became <unk>, counted in the log)" if vocabulary else
+             f"a joined dictionary of {types:,} types plus 4 specials")
     print(f"[prepare] binarized with fairseq-preprocess (the training pairs in {pieces} piece"
-          f"{'s' if pieces > 1 else ''}): a joined dictionary of {types:,} types plus 4 specials (log: {log_path})")
+          f"{'s' if pieces > 1 else ''}): {which} (log: {log_path})")
 
     # Raw references travel with the binarized data so that evaluation needs only bin/.
     bin_raw = os.path.join(bin_dir, "raw")
@@ -364,6 +431,7 @@ def prepare(args):
         "removed_over_long": {name: result["removed"] for name, result in segmented.items() if result["removed"]},
         "blank_test_lines": blank_kept,  # 1-based lines kept as empty sentences (--keep-blank-test-lines)
         "subword_sample": {"pairs": taken, "of": pairs["train"]},
+        **({"vocabulary_from": os.path.abspath(args.vocabulary_from)} if vocabulary else {}),
         "made_from": made_from,
     }
     with open(meta_path + ".partial", "w", encoding="utf-8") as f:

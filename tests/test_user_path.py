@@ -13,7 +13,7 @@ import torch
 
 from fairseq_distill.errors import DistillError
 
-from helpers import REPO, TINY_MODEL, TRAIN_FLAGS
+from helpers import REPO
 
 
 def help_of(module: str) -> str:

@@ -1,0 +1,137 @@
+"""recipes/own/run.sh, offline: --dry-run of every method and teacher kind, the refusals, and
+--smoke end to end (raw text to a CTranslate2 student, its report and results.md) with no teacher
+given and with a file of translations; a rerun keeps every finished stage."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from helpers import REPO, write_slice
+
+pytestmark = pytest.mark.slow  # a bash recipe running fairseq-train and the fsd-* commands
+
+RUN = os.path.join(REPO, "recipes", "own", "run.sh")
+
+
+def recipe(*args, check=True):
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    proc = subprocess.run(["bash", RUN, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, env=env, cwd=REPO)
+    if check:
+        assert proc.returncode == 0, proc.stdout[-4000:]
+    return proc
+
+
+def commands(output):
+    return [line for line in output.splitlines() if line.startswith("+ ")]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    raw = tmp_path_factory.mktemp("own_corpus")
+    for split, source, n in (("train", "train", 400), ("valid", "val", 20), ("test", "test_2016_flickr", 20)):
+        write_slice(str(raw), split, source, n)
+    return raw
+
+
+def base(corpus, out):
+    return ["-s", "de", "-t", "en", "--train", corpus / "train", "--valid", corpus / "valid", "--out", out]
+
+
+def test_every_method_and_teacher_kind_at_a_dry_run(corpus, tiny_data, tiny_teacher, tmp_path):
+    out = tmp_path / "work"
+    said = recipe(*base(corpus, out), "--dry-run").stdout
+    assert said.startswith("[own] teacher: none; method: seqkd+word_kd; student: tiny")
+    steps = commands(said)
+    assert [s.split()[1] for s in steps] == ["python", "fsd-prepare-corpus", "fairseq-train", "fsd-seqkd",
+                                             "fsd-cache-teacher", "fairseq-train", "fsd-export-ctranslate2",
+                                             "fsd-report", "python"]
+    assert "--select mbr" in steps[3] and "--teacher-cache" in steps[5] and "--criterion word_kd" in steps[5]
+    for method, criterion in (("none", "label_smoothed_cross_entropy"), ("seqkd", "label_smoothed_cross_entropy"),
+                              ("word_kd", "word_kd"), ("pkd", "pkd"), ("ckd", "ckd"), ("alp_kd", "alp_kd"),
+                              ("a2d", "a2d")):
+        steps = commands(recipe(*base(corpus, out), "--dry-run", "--method", method).stdout)
+        student = [s for s in steps if "--save-dir" in s and "runs/student" in s]
+        assert len(student) == 1 and f"--criterion {criterion} " in student[0], (method, student)
+        assert any("fsd-seqkd" in s for s in steps) == (method == "seqkd"), method
+        if method in ("pkd", "ckd", "alp_kd", "a2d"):
+            assert "--teacher-path" in student[0] and str(out / "data" / "bin") in student[0]
+    # a fairseq teacher: its data-bin found from the checkpoint, the text prepared on its vocabulary
+    said = recipe(*base(corpus, out), "--dry-run", "--teacher", tiny_teacher).stdout
+    assert said.startswith(f"[own] teacher: fairseq ({tiny_teacher}); method: seqkd+word_kd")
+    steps = commands(said)
+    assert f"--vocabulary-from {tiny_data}" in steps[1] and not any("--save-dir" in s and "runs/teacher" in s
+                                                                  for s in steps)
+    # a CTranslate2 model: seq-KD data only
+    ct2 = tmp_path / "ct2"
+    ct2.mkdir()
+    (ct2 / "model.bin").write_bytes(b"")
+    steps = commands(recipe(*base(corpus, out), "--dry-run", "--teacher", ct2).stdout)
+    assert any(f"--teacher-ctranslate2 {ct2}" in s for s in steps) and not any("fsd-cache-teacher" in s for s in steps)
+    assert not os.path.exists(out)  # a dry run writes nothing
+
+
+def test_bad_input_is_refused_naming_it(corpus, tmp_path):
+    out = tmp_path / "work"
+    translations = tmp_path / "translations.en"
+    translations.write_text("A dog.\n")
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    lopsided = tmp_path / "lopsided"
+    lopsided.mkdir()
+    shutil.copy(corpus / "train.de", lopsided / "train.de")
+    (lopsided / "train.en").write_text("".join(open(corpus / "train.en").readlines()[:-3]))
+    cases = [
+        ((*base(corpus, out), "--method", "ckd", "--teacher", translations, "--test", corpus / "test"),
+         "--method ckd needs a fairseq teacher (it reads the teacher's distributions or states during training); "
+         "a translations teacher serves: auto, none, seqkd"),
+        ((*base(corpus, out), "--teacher", translations), "is a file of translations, one for each training pair: "
+                                                            "pass --test PREFIX"),
+        ((*base(corpus, out), "--teacher", hf), "is a Hugging Face model directory: convert it to CTranslate2 first"),
+        ((*base(corpus, out), "--teacher", tmp_path / "nope.pt"), "no such file or directory"),
+        ((*base(corpus, out), "--method", "kd"), "unknown --method 'kd'; valid: auto, none, seqkd, word_kd, pkd"),
+        ((*base(corpus, out), "--student", "huge"), "unknown --student 'huge'; valid: tiny, base"),
+        (("-s", "de", "-t", "en", "--valid", corpus / "valid"), "--train is required"),
+        (("-s", "de", "-t", "en", "--train", lopsided / "train", "--valid", corpus / "valid", "--out", out),
+         "train.de has 400 lines and "),
+    ]
+    for args, message in cases:
+        proc = recipe(*args, check=False)
+        assert proc.returncode != 0 and message in proc.stdout, (args, proc.stdout[-1500:])
+
+
+def test_smoke_runs_end_to_end_and_a_rerun_keeps_every_stage(corpus, tmp_path):
+    out = tmp_path / "work"
+    said = recipe(*base(corpus, out), "--smoke").stdout
+    assert "[own] no --test: the last 20 of 400 training pairs are held out as the test set" in said
+    results = (out / "results.md").read_text()
+    assert results.startswith("# Your student") and f"`{out / 'student-int8'}`" in results
+    assert f"fsd-translate --backend ctranslate2 --model-dir {out / 'student-int8'} --threads 1" in results
+    assert (out / "student-int8" / "model.bin").is_file() and (out / "report.json").is_file()
+    # the student learned from the cache over the seq-KD data
+    state = torch.load(out / "runs" / "student" / "checkpoint_best.pt", weights_only=False)
+    assert state["cfg"]["criterion"]["_name"] == "word_kd"
+    assert str(state["cfg"]["task"]["teacher_cache"]).endswith("cache")
+    again = recipe(*base(corpus, out), "--smoke").stdout
+    for stage in ("prepare", "teacher", "seqkd", "cache", "student", "export", "report"):
+        assert f"[{stage}] done" in again, stage
+    # another corpus in the same work dir is refused, naming it
+    other = tmp_path / "other"
+    shutil.copytree(corpus, other)
+    proc = recipe("-s", "de", "-t", "en", "--train", other / "train", "--valid", other / "valid", "--out", out,
+                  "--smoke", check=False)
+    assert proc.returncode == 1 and f"is a work dir of the corpus {corpus / 'train'}" in proc.stdout
+
+
+def test_smoke_from_a_file_of_translations(corpus, tmp_path):
+    out = tmp_path / "work"
+    translations = tmp_path / "translations.en"
+    shutil.copy(corpus / "train.en", translations)  # the references stand in for a teacher's output
+    said = recipe(*base(corpus, out), "--test", corpus / "test", "--teacher", translations, "--smoke").stdout
+    assert said.startswith(f"[own] teacher: translations ({translations}); method: seqkd")
+    results = (out / "results.md").read_text()
+    assert "no report card beside it" in results and (out / "student-int8" / "model.bin").is_file()

@@ -124,7 +124,7 @@ def test_a_model_of_a_stock_fairseq_data_bin_deploys_without_preparing_again(tin
 def test_the_readme_quickstart_runs_as_written_from_outside_the_checkout(tmp_path):
     """README's quickstart, step 3, copied as a user copies it, in a directory outside the
     checkout (its fairseq-train finds the plugin by --user-dir "$(fsd-options --user-dir)"); only
-    the sizes shrink (a 200-pair slice of its corpus, 2 updates a model, a short report)."""
+    the sizes shrink (a 200-pair slice of its corpus, 2 updates a model)."""
     import subprocess
 
     from helpers import write_slice
@@ -138,15 +138,16 @@ def test_the_readme_quickstart_runs_as_written_from_outside_the_checkout(tmp_pat
     small = (block.replace('$(dirname "$PLUGIN")/data/multi30k', str(raw))
              .replace("--vocab-size 8000", "--vocab-size 300")
              .replace("--max-epoch 20", "--max-update 2").replace("--max-epoch 10", "--max-update 2")
-             .replace("--out report", "--out report --rounds 1 --threads 1 --latency-sentences 5"))
-    assert small.count("--max-update 2") == 2 and "--latency-sentences 5" in small and str(raw) in small
+             # fsd-report runs end to end in tests/test_recipe_own.py's smoke run: not twice
+             .replace("fsd-report ", "true fsd-report "))
+    assert small.count("--max-update 2") == 2 and "true fsd-report" in small and str(raw) in small
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", small], cwd=work, capture_output=True, text=True,
                           env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert (work / "student-int8" / "model.bin").is_file() and (work / "report.md").is_file()
+    assert (work / "student-int8" / "model.bin").is_file()
     assert len(done.stdout.splitlines()[-1:]) == 1  # the translation of the one input line
 
 

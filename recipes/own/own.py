@@ -1,5 +1,6 @@
 """The helpers of recipes/own/run.sh that are easier in Python than in bash.
 
+    python own.py plugin                   the installed plugin's folder, for --user-dir
     python own.py teacher PATH             the teacher's kind: none, fairseq, ctranslate2, translations
     python own.py teacher-data CHECKPOINT  the data-bin a fairseq checkpoint was trained on, if it is found
     python own.py split SRC TGT TRAIN VALID TEST|- OUT    the text the recipe prepares, in OUT/text
@@ -152,7 +153,15 @@ def results(out: str, src: str, tgt: str):
 
 if __name__ == "__main__":
     command, *rest = sys.argv[1:]
-    if command == "teacher":
+    if command == "plugin":
+        # found, not imported: importing the package loads fairseq, seconds a dry run need not spend
+        import importlib.util
+
+        spec = importlib.util.find_spec("fairseq_distill")
+        if spec is None:
+            fail("the fairseq_distill package is not installed in this Python: pip install -e '.[all]' first")
+        print(list(spec.submodule_search_locations)[0])
+    elif command == "teacher":
         print(teacher_kind(*rest))
     elif command == "teacher-data":
         print(teacher_data(*rest))

@@ -91,7 +91,7 @@ fi
 
 DATA="$OUT/data/bin"
 RUNS="$OUT/runs"
-PLUGIN="$(fsd-options --user-dir)"
+PLUGIN="$($OWN plugin)"
 check_run_workdir
 # another corpus or teacher in the same --out is refused, naming it
 for pair in "corpus:$(realpath -m "$TRAIN_PREFIX")" "teacher:${TEACHER_PATH:+$(realpath -m "$TEACHER_PATH")}"; do

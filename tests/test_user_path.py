@@ -185,3 +185,17 @@ def test_new_text_prepared_on_a_teachers_vocabulary_is_read_by_that_teacher(tiny
                           capture_output=True, text=True)
     assert done.returncode == 1 and "records no subword model and holds no (none): pass --subword-model FILE" \
         in done.stderr, done.stderr[-1000:]
+
+
+def test_the_readmes_one_install_line_gives_every_extra_the_docs_go_on_to_use():
+    """README's install line installs ``.[all]``, and ``all`` holds every other extra's packages
+    (CTranslate2 for export and the report, matplotlib for its plot, transformers, sacremoses)."""
+    import ast
+
+    text = open(os.path.join(REPO, "setup.py"), encoding="utf-8").read()
+    extras = ast.literal_eval(re.search(r"extras_require=(\{.*?\n    \})", text, re.S).group(1))
+    others = set().union(*(set(v) for k, v in extras.items() if k not in ("all", "test")))
+    assert others <= set(extras["all"]), others - set(extras["all"])
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    quickstart = readme[readme.index("## Quickstart"):readme.index("## One benchmark")]
+    assert 'pip install --no-build-isolation -e "./fairseq_distill[all]"' in quickstart

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 from fairseq_distill.deploy.checkpoint import load_checkpoint, plain_model_config
 from fairseq_distill.errors import DistillError
-from fairseq_distill.text.segmentation import META_FILE, load_meta, subword_models
+from fairseq_distill.text.segmentation import META_FILE, find_subword_model, load_meta
 from fairseq_distill.deploy.translators import DEPLOY_FILE
 
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float32")
@@ -134,17 +134,8 @@ def deployment_meta(state: dict, data_bin: str, subword_model: Optional[str] = N
         return kept, {meta[k]: os.path.join(data_bin, meta[k]) for k in ("sentencepiece_model", "bpe_codes")
                       if meta.get(k)}
     src, tgt = model_languages(state, data_bin, meta)
-    if subword_model is None:
-        found = subword_models(data_bin)
-        if len(found) != 1 or len(next(iter(found.values()))) != 1:
-            held = ", ".join(f for files in found.values() for f in files) or "none"
-            raise DistillError(f"{data_bin} has no {META_FILE} (a stock fairseq data-bin) and holds "
-                               f"{'no' if not found else 'more than one'} subword model ({held}): pass "
-                               f"--subword-model FILE, the sentencepiece .model or subword-nmt codes its text "
-                               f"was segmented with")
-        subword_model = os.path.join(data_bin, next(iter(found.values()))[0])
-    if not os.path.isfile(subword_model):
-        raise DistillError(f"--subword-model {subword_model}: no such file")
+    _, subword_model = find_subword_model(data_bin, subword_model,
+                                          f"{data_bin} has no {META_FILE} (a stock fairseq data-bin) and holds")
     name = os.path.basename(subword_model)
     if name.endswith(".model"):
         return ({"source_lang": src, "target_lang": tgt, "bpe": "sentencepiece", "sentencepiece_model": name},

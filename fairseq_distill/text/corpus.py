@@ -229,7 +229,7 @@ SUBWORD_FILE = {"sentencepiece": "sentencepiece.model", "subword_nmt": "bpe.code
 def vocabulary_of(data_bin, subword_model, src, tgt):
     """``--vocabulary-from DATA_BIN``: its segmentation kind and files (the subword model, each
     side's dictionary), checked; None without it."""
-    from fairseq_distill.text.segmentation import load_meta, subword_models
+    from fairseq_distill.text.segmentation import find_subword_model
 
     if subword_model and not data_bin:
         raise DistillError("--subword-model goes with --vocabulary-from DATA_BIN (the data-bin whose dictionaries "
@@ -244,21 +244,8 @@ def vocabulary_of(data_bin, subword_model, src, tgt):
         found = sorted(n for n in os.listdir(data_bin) if n.startswith("dict."))
         raise DistillError(f"--vocabulary-from {data_bin} has no {missing[0]} (it has {', '.join(found) or 'no dictionary'}): "
                            f"give the data-bin of these languages, -s {src} -t {tgt}")
-    meta = load_meta(data_bin) or {}
-    if subword_model is None and meta.get("bpe") in SUBWORD_FILE:
-        name = meta.get("sentencepiece_model") if meta["bpe"] == "sentencepiece" else meta.get("bpe_codes")
-        subword_model = os.path.join(data_bin, name or "")
-    if subword_model is None:
-        found = subword_models(data_bin)
-        if len(found) != 1 or len(next(iter(found.values()))) != 1:
-            held = ", ".join(f for names in found.values() for f in names) or "none"
-            raise DistillError(f"--vocabulary-from {data_bin} records no subword model and holds "
-                               f"{'no' if not found else 'more than one'} ({held}): pass --subword-model FILE, the "
-                               f"sentencepiece .model or subword-nmt codes its text was segmented with")
-        subword_model = os.path.join(data_bin, next(iter(found.values()))[0])
-    if not os.path.isfile(subword_model):
-        raise DistillError(f"--subword-model {subword_model}: no such file")
-    bpe = "sentencepiece" if subword_model.endswith(".model") else "subword_nmt"
+    bpe, subword_model = find_subword_model(data_bin, subword_model,
+                                            f"--vocabulary-from {data_bin} records no subword model and holds", "")
     return {"bpe": bpe, "files": {"subword_model": subword_model, **files}}
 
 

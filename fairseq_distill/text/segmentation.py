@@ -37,6 +37,27 @@ def subword_models(data_bin: str) -> dict:
     return {kind: files for kind, files in found.items() if files}
 
 
+def find_subword_model(data_bin: str, given, where: str, noun: str = " subword model"):
+    """(kind, path) of the subword model ``data_bin``'s text was segmented with: ``given``
+    (``--subword-model``), else the one ``fairseq_distill.json`` records, else the only one the
+    directory holds; refused otherwise, the message starting with ``where``."""
+    if given is None:
+        meta = load_meta(data_bin) or {}
+        name = meta.get("sentencepiece_model") if meta.get("bpe") == "sentencepiece" else meta.get("bpe_codes")
+        if meta.get("bpe") in KINDS and name:
+            given = os.path.join(data_bin, name)
+    if given is None:
+        found = subword_models(data_bin)
+        if len(found) != 1 or len(next(iter(found.values()))) != 1:
+            held = ", ".join(f for names in found.values() for f in names) or "none"
+            raise DistillError(f"{where} {'no' if not found else 'more than one'}{noun} ({held}): pass --subword-model "
+                               f"FILE, the sentencepiece .model or subword-nmt codes its text was segmented with")
+        given = os.path.join(data_bin, next(iter(found.values()))[0])
+    if not os.path.isfile(given):
+        raise DistillError(f"--subword-model {given}: no such file")
+    return ("sentencepiece" if given.endswith(".model") else "subword_nmt"), given
+
+
 def normalize_whitespace(line: str) -> str:
     """Runs of whitespace (as fairseq and ``str.split()`` see it) as one space, none at the ends."""
     return " ".join(line.split())

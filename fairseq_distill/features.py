@@ -187,6 +187,8 @@ def stack_shape(model: nn.Module) -> Optional[dict]:
     model without an encoder and a decoder made of ``.layers`` (the terms that need a layout
     say so, :class:`~fairseq_distill.terms.base.TermContext`)."""
     inner = unwrap_model(model)
+    if callable(getattr(inner, "stack_shape", None)):  # a teacher kind that states its layout
+        return inner.stack_shape()
     shape = {}
     for side in ("encoder", "decoder"):
         layers = getattr(getattr(inner, side, None), "layers", None)

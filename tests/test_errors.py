@@ -39,8 +39,7 @@ def test_missing_teacher_checkpoint(task, tmp_path):
 
 @pytest.mark.parametrize("files,kind", [
     (["model.bin", "config.json", "shared_vocabulary.json"], "it looks like a CTranslate2 model"),
-    (["config.json", "model.safetensors", "tokenizer_config.json"], "it looks like a Hugging Face model"),
-    ([], "directory, not a fairseq checkpoint file. Word-level"),
+    ([], "directory, not a fairseq checkpoint file. A Hugging Face model directory"),
 ])
 def test_a_pretrained_model_directory_is_refused_as_a_teacher_with_the_way_it_can_teach(task, tmp_path, files, kind):
     for name in files:

@@ -318,7 +318,8 @@ def test_sentencepiece_tokenizer_target_prefix_shards_and_nbest(tiny_data, maria
     other = next(t for t in vocabulary if t.startswith("▁") and len(t) > 1 and t != prefix)
     seqkd(*[a if a != prefix else other for a in argv], "--shard-id", "1")
     failed = run([SEQKD, *argv, "--merge", "--out", str(tmp_path / "mixed")], check=False)
-    assert failed.returncode != 0 and "decoded with different settings (target_prefix)" in failed.stdout
+    assert failed.returncode != 0
+    assert f"decoded with different settings (--target-prefix {prefix} against {other})" in failed.stdout
 
 
 @pytest.mark.slow

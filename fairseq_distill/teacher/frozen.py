@@ -11,6 +11,7 @@ import os
 from typing import List, Sequence
 
 import torch
+import torch.nn as nn
 from fairseq.data import Dictionary
 from fairseq.models import FairseqEncoderDecoderModel
 
@@ -100,11 +101,10 @@ def read_teacher_checkpoint(path: str) -> dict:
     """A teacher checkpoint's state, with clear errors for a missing or unreadable file."""
     if os.path.isdir(path):
         raise DistillError(f"teacher '{path}' is a directory, not a fairseq checkpoint file{pretrained_kind(path)}. "
-                           f"Word-level, layer and attention KD compare the teacher's outputs with the student's over "
-                           f"one dictionary, so they need a fairseq teacher trained on the student's data. A pretrained "
-                           f"model can still teach by sequence-level KD: fsd-seqkd --teacher-ctranslate2 DIR (a CTranslate2 "
-                           f"model, e.g. converted with ct2-transformers-converter), or translate the training source "
-                           f"with it yourself and pass fsd-seqkd --teacher-translations FILE")
+                           f"A Hugging Face model directory (MarianMT, M2M100/NLLB) teaches every term as --teacher-path "
+                           f"of fairseq-train and fsd-cache-teacher; a CTranslate2 model teaches by sequence-level KD: "
+                           f"fsd-seqkd --teacher-ctranslate2 DIR, or translate the training source yourself and pass "
+                           f"fsd-seqkd --teacher-translations FILE")
     if not os.path.isfile(path):
         raise DistillError(f"teacher checkpoint not found: '{path}' (no such file)")
     if not os.access(path, os.R_OK):
@@ -118,8 +118,13 @@ def read_teacher_checkpoint(path: str) -> dict:
     return state
 
 
-def load_teacher(path: str, task, allow_size_only: bool = False) -> FairseqEncoderDecoderModel:
-    """Load one frozen teacher from ``path`` for a task holding the student's dictionaries."""
+def load_teacher(path: str, task, allow_size_only: bool = False) -> nn.Module:
+    """Load one frozen teacher from ``path`` for a task holding the student's dictionaries: a
+    fairseq checkpoint, or a Hugging Face model directory (:mod:`fairseq_distill.teacher.huggingface`)."""
+    from fairseq_distill.teacher import huggingface
+
+    if huggingface.is_model_dir(path):
+        return huggingface.load(path, task.source_dictionary, task.target_dictionary)
     state = read_teacher_checkpoint(path)
     check_teacher_dictionaries(state, path, task.source_dictionary, task.target_dictionary, allow_size_only)
 
@@ -144,7 +149,7 @@ def load_teacher(path: str, task, allow_size_only: bool = False) -> FairseqEncod
 class TeacherEnsemble:
     """One or more frozen teachers; run them with :meth:`features`."""
 
-    def __init__(self, models: Sequence[FairseqEncoderDecoderModel], paths: Sequence[str]):
+    def __init__(self, models: Sequence[nn.Module], paths: Sequence[str]):
         self.models = list(models)
         self.paths = list(paths)
 
@@ -178,5 +183,7 @@ class TeacherEnsemble:
         with torch.no_grad():
             for m in self.models:
                 m.eval()  # cheap, and guards against anyone having called .train()
-                outputs.append(run_with_features(m, net_input, request))
+                # a teacher kind of its own (a Hugging Face model) answers in fairseq's layout itself
+                own = getattr(m, "features", None)
+                outputs.append(own(net_input, request) if own is not None else run_with_features(m, net_input, request))
         return outputs

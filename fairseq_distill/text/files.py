@@ -11,6 +11,7 @@ for ``errors="replace"``, which puts U+FFFD in their place.
 """
 import gzip
 import hashlib
+import os
 import sys
 import unicodedata
 import zlib
@@ -165,7 +166,17 @@ def iter_lines(path: str, errors: str = "strict", warn=None, what: str = "",
 
 
 def file_sha256(path: str) -> str:
-    """The SHA-256 of a file's bytes (hex), read in blocks: what identifies an input wherever it lies."""
+    """The SHA-256 of a file's bytes (hex), read in blocks: what identifies an input wherever it
+    lies. For a directory (a Hugging Face model), the digest of its files' relative names and
+    digests, in name order."""
+    if os.path.isdir(path):
+        h = hashlib.sha256()
+        for root, dirs, files in os.walk(path):
+            dirs.sort()
+            for name in sorted(files):
+                full = os.path.join(root, name)
+                h.update(f"{os.path.relpath(full, path)}\0{file_sha256(full)}\n".encode("utf-8"))
+        return h.hexdigest()
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -1,0 +1,343 @@
+"""Hugging Face seq2seq teachers: a MarianMT (OPUS-MT) or M2M100/NLLB-200 model directory as
+``--teacher-path``, for every term and for the teacher cache.
+
+The student speaks the teacher's vocabulary: its data is segmented with the teacher's own
+tokenizer (``fsd-prepare-corpus --vocabulary-from MODEL_DIR``), so each fairseq dictionary
+symbol is one of the teacher's pieces, and the student keeps only the pieces its training data
+uses. :class:`HuggingFaceTeacher` wraps the model so that it answers what a fairseq teacher
+answers (:class:`~fairseq_distill.features.Features`, in fairseq's layout), which is why no
+term knows which kind of teacher it reads:
+
+* ids: the student's source and target ids become the teacher's by symbol; the first decoder
+  input (fairseq's ``</s>``) becomes the teacher's ``decoder_start_token_id`` (Marian starts
+  with ``<pad>``, M2M100 with ``</s>``).
+* padding: fairseq pads the source on the left; Marian's positions count from the first
+  column whatever it holds, so the source is packed to the left for the teacher and every
+  source-side output (states, attention columns) unpacked to the student's layout.
+* logits: the teacher's output projection restricted to the student's target symbols (a
+  256k-piece NLLB teacher costs a student-vocabulary matmul, never a 256k one), so its
+  softmax is the teacher's distribution renormalised over the kept pieces; rows the
+  teacher never emits as a target (``<pad>``, whose Marian logit is exactly 0, ``<s>``,
+  language codes, fairseq's padding symbols) are -inf. How much of the teacher's mass the
+  trimming drops is measured by :func:`mass_outside`.
+* states: index 0 the embedding output, index l the output of layer l, each T x B x C,
+  taken by hooks on the layers as fairseq's ``return_all_hiddens`` gives them (before any
+  final LayerNorm: ``transformers`` puts the last state after it).
+* attention: per-head probabilities, B x H x T x S per layer, which ``transformers`` returns
+  only from its eager attention: the model is switched to it when a term asks for maps.
+
+Like a fairseq teacher it is frozen, in eval mode, and never registered in the student, its
+optimizer or its checkpoint (:class:`~fairseq_distill.teacher.frozen.TeacherEnsemble`).
+"""
+import json
+import logging
+import os
+from typing import Dict, List, Optional, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from fairseq_distill.errors import DistillError
+from fairseq_distill.features import ATTENTION_TYPES, FeatureRequest, Features
+
+logger = logging.getLogger(__name__)
+
+# config.json's model_type -> what users call the family
+FAMILIES = {"marian": "MarianMT (OPUS-MT)", "m2m_100": "M2M100 / NLLB-200"}
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                "pytorch_model.bin.index.json")
+INSTALL = "pip install 'fairseq_distill[teachers]' (or: pip install transformers sentencepiece)"
+FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
+
+
+def is_model_dir(path: str) -> bool:
+    """A Hugging Face model directory: config.json beside weights."""
+    if not os.path.isdir(path):
+        return False
+    names = set(os.listdir(path))
+    return "config.json" in names and bool(names & set(WEIGHT_FILES))
+
+
+def require_transformers():
+    try:
+        import transformers  # noqa: F401
+    except ImportError as e:
+        raise DistillError(f"a Hugging Face teacher needs the transformers package, which is not installed: "
+                           f"{INSTALL}") from e
+    return transformers
+
+
+def model_config(path: str) -> dict:
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError) as e:
+        raise DistillError(f"teacher {path}: cannot read its config.json ({e})") from e
+    family = config.get("model_type")
+    if family not in FAMILIES:
+        known = ", ".join(f"{k} ({v})" for k, v in FAMILIES.items())
+        raise DistillError(f"teacher {path} is a Hugging Face '{family}' model; the families that can teach "
+                           f"are {known}")
+    if not config.get("is_encoder_decoder", True):
+        raise DistillError(f"teacher {path} is not an encoder-decoder model")
+    return config
+
+
+# -- the teacher's vocabulary -----------------------------------------------------------------------
+
+def load_tokenizer(path: str):
+    """The model directory's tokenizer, or None where it has none (a vocab.json may still name
+    its pieces, :func:`teacher_vocabulary`)."""
+    transformers = require_transformers()
+    try:
+        return transformers.AutoTokenizer.from_pretrained(path)
+    except Exception as e:  # no tokenizer files, or a tokenizer this transformers cannot build
+        logger.debug(f"no tokenizer in {path}: {type(e).__name__}: {e}")
+        return None
+
+
+def teacher_vocabulary(path: str, tokenizer=None) -> Dict[str, int]:
+    """piece -> teacher id: the tokenizer's vocabulary, else the directory's vocab.json."""
+    if tokenizer is not None:
+        return dict(tokenizer.get_vocab())
+    vocab_file = os.path.join(path, "vocab.json")
+    if os.path.isfile(vocab_file):
+        with open(vocab_file, encoding="utf-8") as f:
+            return json.load(f)
+    raise DistillError(f"teacher {path} has no tokenizer and no vocab.json, so its ids cannot be matched to "
+                       f"the data's symbols: save the tokenizer beside the model (tokenizer.save_pretrained("
+                       f"'{path}'))")
+
+
+def never_targets(config: dict, tokenizer, vocab: Dict[str, int]) -> set:
+    """Teacher ids that are never a target after the first position: padding, <s> where it is
+    not </s>, the decoder's start symbol, and every special token but </s> and <unk> (language
+    codes, <mask>)."""
+    eos, unk = config.get("eos_token_id"), vocab.get("<unk>")
+    ids = {config.get("pad_token_id"), config.get("decoder_start_token_id"), config.get("bos_token_id")}
+    if tokenizer is not None:
+        ids |= set(tokenizer.all_special_ids)
+    else:
+        ids |= {i for piece, i in vocab.items() if piece.startswith("__") and piece.endswith("__")}
+    return {i for i in ids if i is not None and i != eos and i != unk}
+
+
+def symbol_map(symbols: Sequence[str], vocab: Dict[str, int], config: dict) -> List[Optional[int]]:
+    """Each student symbol's teacher id (None: the teacher has no such piece). fairseq's own
+    four specials map onto the teacher's </s>, <unk>, <pad> and <s> by role, not by spelling."""
+    by_role = {"</s>": config.get("eos_token_id"), "<pad>": config.get("pad_token_id"),
+               "<unk>": vocab.get("<unk>"), "<s>": vocab.get("<s>")}
+    return [by_role[s] if i < 4 and s in by_role else vocab.get(s) for i, s in enumerate(symbols)]
+
+
+def unmatched_symbols(symbols: Sequence[str], mapped: Sequence[Optional[int]]) -> List[str]:
+    """Symbols of the data the teacher does not have (fairseq's padding ``madeupword`` symbols
+    and <s> are allowed: they never occur in the data)."""
+    return [s for i, (s, m) in enumerate(zip(symbols, mapped))
+            if m is None and i >= 4 and not s.startswith("madeupword")]
+
+
+def check_vocabulary(side: str, dictionary, mapped, path: str):
+    missing = unmatched_symbols(dictionary.symbols, mapped)
+    if missing:
+        shown = ", ".join(repr(s) for s in missing[:5])
+        raise DistillError(
+            f"teacher {path}: {len(missing):,} of the data's {len(dictionary.symbols):,} {side} symbols are not in "
+            f"the teacher's vocabulary (e.g. {shown}): the data was made with another vocabulary than the "
+            f"teacher's. Prepare it with the teacher's tokenizer: fsd-prepare-corpus --vocabulary-from {path}")
+
+
+# -- the teacher ----------------------------------------------------------------------------------------
+
+def _state(output):
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+class HuggingFaceTeacher(nn.Module):
+    """A frozen Hugging Face seq2seq model that answers in the student's ids and fairseq's layout."""
+
+    def __init__(self, model, path: str, config: dict, source_map, target_map, never: set,
+                 source_pad: int, target_pad: int, target_eos: int):
+        super().__init__()
+        self.model, self.path, self.family = model, path, config["model_type"]
+        self.source_pad, self.target_pad, self.target_eos = source_pad, target_pad, target_eos
+        self.teacher_pad = config["pad_token_id"]
+        self.decoder_start = config.get("decoder_start_token_id")
+        if self.decoder_start is None:
+            self.decoder_start = config["eos_token_id"]
+        unk = target_map[3] if target_map[3] is not None else self.teacher_pad
+        # inputs: a symbol the teacher lacks never occurs in the data (check_vocabulary)
+        self.register_buffer("source_ids", torch.tensor([unk if m is None else m for m in source_map]),
+                             persistent=False)
+        self.register_buffer("target_ids", torch.tensor([unk if m is None else m for m in target_map]),
+                             persistent=False)
+        masked = [m is None or m in never for m in target_map]
+        self.register_buffer("masked", torch.tensor(masked), persistent=False)
+        self.register_buffer("never_ids", torch.tensor(sorted(never), dtype=torch.long), persistent=False)
+        self.requires_grad_(False)
+        self.eval()
+
+    # the layout the layer and attention terms map between (features.stack_shape's form)
+    def stack_shape(self) -> dict:
+        c = self.model.config
+        shape = {"encoder": (c.encoder_layers, c.d_model), "decoder": (c.decoder_layers, c.d_model)}
+        shape["encoder_self"] = (c.encoder_layers, c.encoder_attention_heads)
+        shape["decoder_self"] = (c.decoder_layers, c.decoder_attention_heads)
+        shape["decoder_cross"] = (c.decoder_layers, c.decoder_attention_heads)
+        return shape
+
+    def _layers(self, side: str):
+        return getattr(self.model.get_encoder() if side == "encoder" else self.model.get_decoder(), "layers")
+
+    def output_projection(self):
+        """The teacher's output layer restricted to the student's target symbols: weight V_s x C, bias V_s."""
+        weight = self.model.get_output_embeddings().weight
+        bias = getattr(self.model, "final_logits_bias", None)
+        rows = weight.index_select(0, self.target_ids)
+        return rows, (bias.view(-1).index_select(0, self.target_ids) if bias is not None else None)
+
+    def logits_of(self, decoder_out: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.output_projection()
+        logits = F.linear(decoder_out, weight, bias)
+        return logits.masked_fill(self.masked, float("-inf"))
+
+    def teacher_inputs(self, src_tokens, prev_output_tokens):
+        """The teacher's input ids, its source packed to the left, and the permutation back."""
+        src_pad = src_tokens.eq(self.source_pad)
+        # a stable sort of the padding flags: each row's tokens first, in their order
+        order = torch.sort(src_pad.to(torch.int8), dim=1, stable=True).indices
+        packed = src_tokens.gather(1, order)
+        input_ids = self.source_ids[packed].masked_fill(src_pad.gather(1, order), self.teacher_pad)
+        decoder_ids = self.target_ids[prev_output_tokens].masked_fill(
+            prev_output_tokens.eq(self.target_pad), self.teacher_pad)
+        starts = prev_output_tokens[:, 0].eq(self.target_eos)
+        decoder_ids[:, 0] = torch.where(starts, torch.full_like(decoder_ids[:, 0], self.decoder_start),
+                                        decoder_ids[:, 0])
+        return (input_ids, (~src_pad).gather(1, order).long(), decoder_ids,
+                prev_output_tokens.ne(self.target_pad).long(), order.argsort(dim=1))
+
+    def set_attention_implementation(self, eager: bool):
+        want = "eager" if eager else "sdpa"
+        if getattr(self.model.config, "_attn_implementation", None) != want and eager:
+            self.model.set_attn_implementation(want)
+
+    def features(self, net_input: dict, request: FeatureRequest) -> Features:
+        src_tokens, prev = net_input["src_tokens"], net_input["prev_output_tokens"]
+        input_ids, attention_mask, decoder_ids, decoder_mask, unpack = self.teacher_inputs(src_tokens, prev)
+        states = {"encoder": [], "decoder": []}
+        maps: Dict[str, List] = {}
+        handles = []
+        for side, wanted in (("encoder", request.encoder_states), ("decoder", request.decoder_states)):
+            if not wanted:
+                continue
+            layers, slots = self._layers(side), states[side]
+            slots.extend([None] * (len(layers) + 1))
+
+            def embedding(_m, args, kwargs, slots=slots):
+                slots[0] = args[0] if args else kwargs["hidden_states"]
+
+            handles.append(layers[0].register_forward_pre_hook(embedding, with_kwargs=True))
+            for i, layer in enumerate(layers):
+                def keep(_m, _args, output, i=i, slots=slots):
+                    slots[i + 1] = _state(output)
+                handles.append(layer.register_forward_hook(keep))
+        if request.attention:
+            self.set_attention_implementation(True)
+        for kind in sorted(request.attention):
+            side, which = kind.split("_")
+            layers = self._layers(side)
+            slots = maps[kind] = [None] * len(layers)
+            for i, layer in enumerate(layers):
+                module = layer.encoder_attn if which == "cross" else layer.self_attn
+
+                def keep_map(_m, _args, output, i=i, slots=slots):
+                    slots[i] = output[1]
+                handles.append(module.register_forward_hook(keep_map))
+        try:
+            outputs = self.model.model(input_ids=input_ids, attention_mask=attention_mask,
+                                       decoder_input_ids=decoder_ids, decoder_attention_mask=decoder_mask,
+                                       use_cache=False, return_dict=True)
+        finally:
+            for handle in handles:
+                handle.remove()
+        logits = self.logits_of(outputs.last_hidden_state)
+        features = Features(net_output=(logits, {}), encoder_padding_mask=src_tokens.eq(self.source_pad))
+        if request.encoder_states:
+            features.encoder_states = [to_student_layout(s, unpack, 1).transpose(0, 1) for s in states["encoder"]]
+        if request.decoder_states:
+            features.decoder_states = [s.transpose(0, 1) for s in states["decoder"]]
+        for kind, layer_maps in maps.items():
+            missing = [i + 1 for i, m in enumerate(layer_maps) if m is None]
+            if missing:
+                raise RuntimeError(f"teacher {self.path}: no {kind} attention weights came back from layers "
+                                   f"{missing} (transformers returns them from its eager attention only)")
+            if kind == "encoder_self":
+                layer_maps = [to_student_layout(to_student_layout(m, unpack, 2), unpack, 3) for m in layer_maps]
+            elif kind == "decoder_cross":
+                layer_maps = [to_student_layout(m, unpack, 3) for m in layer_maps]
+            features.attention[kind] = layer_maps
+        return features
+
+    def forward(self, src_tokens, src_lengths=None, prev_output_tokens=None, **unused):
+        """The logits alone, as ``fairseq_model(**net_input)[0]`` gives them."""
+        features = self.features({"src_tokens": src_tokens, "prev_output_tokens": prev_output_tokens},
+                                 FeatureRequest())
+        return features.net_output
+
+
+def to_student_layout(x: torch.Tensor, unpack: torch.Tensor, dim: int) -> torch.Tensor:
+    """``x`` (batch first) with its source positions along ``dim`` put back where the student has
+    them: ``unpack`` (B x S) is the inverse of the packing :meth:`HuggingFaceTeacher.teacher_inputs` did."""
+    shape = [x.size(0)] + [1] * (dim - 1) + [x.size(dim)] + [1] * (x.dim() - dim - 1)
+    return x.gather(dim, unpack.view(shape).expand_as(x))
+
+
+def load(path: str, source_dictionary, target_dictionary) -> HuggingFaceTeacher:
+    """The frozen teacher of a Hugging Face model directory, checked against the data's dictionaries."""
+    config = model_config(path)
+    transformers = require_transformers()
+    tokenizer = load_tokenizer(path)
+    vocab = teacher_vocabulary(path, tokenizer)
+    source_map = symbol_map(source_dictionary.symbols, vocab, config)
+    target_map = symbol_map(target_dictionary.symbols, vocab, config)
+    check_vocabulary("source", source_dictionary, source_map, path)
+    check_vocabulary("target", target_dictionary, target_map, path)
+    try:
+        model = transformers.AutoModelForSeq2SeqLM.from_pretrained(path, attn_implementation="sdpa")
+    except Exception as e:
+        raise DistillError(f"cannot load the Hugging Face teacher {path}: {type(e).__name__}: {e}") from e
+    teacher = HuggingFaceTeacher(model, path, config, source_map, target_map,
+                                 never_targets(config, tokenizer, vocab), source_dictionary.pad(),
+                                 target_dictionary.pad(), target_dictionary.eos())
+    kept = sum(1 for m in target_map if m is not None)
+    logger.info(f"teacher {path}: {FAMILIES[config['model_type']]}, its {len(vocab):,} pieces restricted to the "
+                f"data's {kept:,} target symbols")
+    return teacher
+
+
+@torch.no_grad()
+def mass_outside(teacher: HuggingFaceTeacher, net_input: dict, non_pad: torch.Tensor, chunk: int = 1024):
+    """The teacher's probability mass on pieces the student does not keep, summed over the
+    non-padding target positions, and the number of positions: what vocabulary trimming drops.
+    The full-vocabulary softmax is taken ``chunk`` positions at a time, so a 256k-piece
+    teacher's B x T x V logits never exist at once."""
+    src_tokens, prev = net_input["src_tokens"], net_input["prev_output_tokens"]
+    input_ids, attention_mask, decoder_ids, decoder_mask, _ = teacher.teacher_inputs(src_tokens, prev)
+    hidden = teacher.model.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_ids,
+                                 decoder_attention_mask=decoder_mask, use_cache=False,
+                                 return_dict=True).last_hidden_state[non_pad]
+    weight = teacher.model.get_output_embeddings().weight
+    bias = getattr(teacher.model, "final_logits_bias", None)
+    # the pieces that may be a target (not padding, a start symbol or a language code), and of those
+    # the student's
+    target = torch.ones(weight.size(0), dtype=torch.bool, device=weight.device)
+    target[teacher.never_ids] = False
+    kept = torch.zeros_like(target)
+    kept[teacher.target_ids[~teacher.masked]] = True
+    outside = 0.0
+    for rows in hidden.split(chunk):
+        logits = F.linear(rows.float(), weight.float(), None if bias is None else bias.view(-1).float())
+        log_probs = logits.masked_fill(~target, float("-inf")).log_softmax(-1)
+        outside += float(log_probs[:, target & ~kept].exp().sum())
+    return outside, int(non_pad.sum())

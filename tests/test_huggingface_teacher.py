@@ -1,0 +1,268 @@
+"""Hugging Face teachers (fairseq_distill.teacher.huggingface): a fairseq pre-norm teacher written
+out as an M2M100 model answers exactly as the fairseq teacher does, a MarianMT teacher answers as
+its own teacher-forced forward does, position for position, masked rows stay masked, and bad
+teachers are refused in one line."""
+import json
+import os
+import sys
+
+import pytest
+import torch
+from fairseq.data import Dictionary
+
+from fairseq_distill.errors import DistillError
+from fairseq_distill.features import FeatureRequest, run_with_features, stack_shape
+from fairseq_distill.losses import ensemble_log_probs, log_probs_at, topk_word_kd_loss, word_kd_loss
+from fairseq_distill.teacher import huggingface
+from fairseq_distill.teacher.frozen import TeacherEnsemble, load_teacher
+from helpers import build, transformer_flags
+from hf_models import fairseq_as_m2m100, marian_teacher, multi30k_lines, randomise_layer_norms
+
+pytest.importorskip("transformers")
+
+PRENORM = transformer_flags(2, 2, 16, 32) + ["--encoder-normalize-before", "--decoder-normalize-before"]
+EVERYTHING = FeatureRequest(encoder_states=True, decoder_states=True,
+                            attention=frozenset({"encoder_self", "decoder_self", "decoder_cross"}))
+
+
+def varied_batch(task, ids=(0, 3, 7, 12, 20, 31)):
+    """A batch of sentences of different lengths: the source left-padded, the target right-padded."""
+    task.load_dataset("train")
+    dataset = task.dataset("train")
+    sample = dataset.collater([dataset[i] for i in ids])
+    lengths = sample["net_input"]["src_lengths"]
+    assert len(set(lengths.tolist())) > 2, "the batch must mix source lengths"
+    return sample
+
+
+@pytest.fixture(scope="module")
+def task(tiny_data):
+    return build(tiny_data, "--task", "translation_distill")[1]
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_data, tmp_path_factory):
+    """(task, fairseq teacher, the same as an HF M2M100 teacher, batch)."""
+    _, task, model = build(tiny_data, "--task", "translation_distill", model=PRENORM)
+    randomise_layer_norms(model)
+    model.eval()
+    out = fairseq_as_m2m100(model, task.target_dictionary, str(tmp_path_factory.mktemp("m2m100")))
+    teacher = load_teacher(out, task)
+    return task, model, teacher, out, varied_batch(task)
+
+
+def masks(task, sample):
+    src_real = sample["net_input"]["src_tokens"].ne(task.source_dictionary.pad())
+    tgt_real = sample["target"].ne(task.target_dictionary.pad())
+    return src_real, tgt_real
+
+
+def test_an_m2m100_copy_of_a_fairseq_prenorm_teacher_gives_its_logits_states_and_maps(pair):
+    task, model, teacher, _, sample = pair
+    with torch.no_grad():
+        want = run_with_features(model, sample["net_input"], EVERYTHING)
+        got = teacher.features(sample["net_input"], EVERYTHING)
+    src_real, tgt_real = masks(task, sample)
+    symbols = task.target_dictionary.symbols
+    # <s> and <pad> are never targets (the copy's vocabulary holds fairseq's padding symbols too)
+    masked = [symbols.index("<s>"), symbols.index("<pad>")]
+    kept = [i for i in range(len(symbols)) if i not in masked]
+    assert masked and symbols.index("</s>") in kept and symbols.index("<unk>") in kept
+    assert torch.allclose(got.logits[..., kept][tgt_real], want.logits[..., kept][tgt_real], atol=1e-5)
+    assert torch.isneginf(got.logits[..., masked]).all()
+    # states: embeddings first, then each layer's output before the final LayerNorm (fairseq's)
+    assert len(got.encoder_states) == len(want.encoder_states) == 3
+    assert len(got.decoder_states) == len(want.decoder_states) == 3
+    for g, w in zip(got.encoder_states, want.encoder_states):
+        assert g.shape == w.shape  # S x B x C
+        assert torch.allclose(g.transpose(0, 1)[src_real], w.transpose(0, 1)[src_real], atol=1e-5)
+    for g, w in zip(got.decoder_states, want.decoder_states):
+        assert torch.allclose(g.transpose(0, 1)[tgt_real], w.transpose(0, 1)[tgt_real], atol=1e-5)
+    assert torch.equal(got.encoder_padding_mask, want.encoder_padding_mask)
+    # per-head maps, B x H x T x S, at real rows and columns
+    for kind, rows, cols in (("encoder_self", src_real, src_real), ("decoder_self", tgt_real, tgt_real),
+                             ("decoder_cross", tgt_real, src_real)):
+        assert len(got.attention[kind]) == len(want.attention[kind]) == 2
+        for g, w in zip(got.attention[kind], want.attention[kind]):
+            assert g.shape == w.shape
+            real = rows[:, None, :, None] & cols[:, None, None, :]
+            assert torch.allclose(g.masked_fill(~real, 0), w.masked_fill(~real, 0), atol=1e-5)
+
+
+def test_word_kd_and_cache_rows_from_the_m2m100_copy_equal_the_fairseq_teachers(pair):
+    task, model, teacher, _, sample = pair
+    with torch.no_grad():
+        fairseq_logits = model(**sample["net_input"])[0]
+        hf_logits = teacher(**sample["net_input"])[0]
+    # the fairseq teacher with the rows no target can be (<s>, <pad>) masked as well
+    symbols = task.target_dictionary.symbols
+    never = torch.tensor([s in ("<s>", "<pad>") for s in symbols])
+    fairseq_logits = fairseq_logits.masked_fill(never, float("-inf"))
+    _, tgt_real = masks(task, sample)
+    torch.manual_seed(1)
+    student = log_probs_at(torch.randn_like(hf_logits), 2.0)
+    want = word_kd_loss(student, ensemble_log_probs([fairseq_logits], 2.0), tgt_real, 2.0)
+    got = word_kd_loss(student, ensemble_log_probs([hf_logits], 2.0), tgt_real, 2.0)
+    assert torch.isfinite(got) and abs(float(got) - float(want)) < 1e-4 * max(1.0, abs(float(want)))
+    # top-8 rows as fsd-cache-teacher stores them: the same tokens, the same log-probabilities
+    want_v, want_i = ensemble_log_probs([fairseq_logits]).topk(8, dim=-1)
+    got_v, got_i = ensemble_log_probs([hf_logits]).topk(8, dim=-1)
+    assert torch.equal(got_i[tgt_real], want_i[tgt_real])
+    assert torch.allclose(got_v[tgt_real], want_v[tgt_real], atol=1e-5)
+    assert not never[got_i[tgt_real]].any()
+    loss = topk_word_kd_loss(student, got_v, got_i, tgt_real, 2.0, True)
+    assert torch.isfinite(loss)
+
+
+def test_the_hf_teacher_states_its_layout_and_stays_frozen_in_the_ensemble(pair, tiny_data):
+    task, model, teacher, out, sample = pair
+    assert stack_shape(teacher) == stack_shape(model)
+    ensemble = TeacherEnsemble.load(out, task)
+    before = {k: v.clone() for k, v in ensemble.models[0].model.state_dict().items()}
+    assert all(not p.requires_grad for p in ensemble.parameters())
+    like = torch.zeros(1, dtype=torch.float64)
+    (features,) = ensemble.features(sample["net_input"], EVERYTHING, like)
+    assert features.logits.dtype == torch.float64  # follows the student's dtype
+    assert not ensemble.models[0].training
+    after = ensemble.models[0].model.state_dict()
+    assert all(torch.equal(before[k].double() if before[k].is_floating_point() else before[k],
+                           after[k].double() if after[k].is_floating_point() else after[k]) for k in before)
+
+
+# -- MarianMT: its own sentencepiece models, <pad> as the decoder's start, absolute positions ----------
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory):
+    out = marian_teacher(str(tmp_path_factory.mktemp("marian")))
+    from transformers import AutoTokenizer, MarianMTModel
+
+    return out, AutoTokenizer.from_pretrained(out), MarianMTModel.from_pretrained(out).eval()
+
+
+def marian_dictionaries(tokenizer, lines_de, lines_en):
+    """fairseq dictionaries of the pieces the text uses (as fsd-prepare-corpus --vocabulary-from
+    MODEL_DIR makes them) and the text's ids in them."""
+    dictionary = Dictionary()
+    src = [tokenizer.convert_ids_to_tokens(tokenizer(line)["input_ids"][:-1]) for line in lines_de]
+    tgt = [tokenizer.convert_ids_to_tokens(tokenizer(text_target=line)["input_ids"][:-1]) for line in lines_en]
+    for pieces in src + tgt:
+        for p in pieces:
+            dictionary.add_symbol(p)
+    dictionary.finalize(padding_factor=8)
+    return dictionary, src, tgt
+
+
+def fairseq_batch(dictionary, src, tgt):
+    """A fairseq batch: source left-padded with </s> at the end, prev_output_tokens = </s> + target."""
+    pad, eos = dictionary.pad(), dictionary.eos()
+    src_ids = [[dictionary.index(p) for p in pieces] + [eos] for pieces in src]
+    tgt_ids = [[dictionary.index(p) for p in pieces] + [eos] for pieces in tgt]
+    S, T = max(map(len, src_ids)), max(map(len, tgt_ids))
+    src_tokens = torch.full((len(src), S), pad)
+    prev = torch.full((len(tgt), T), pad)
+    target = torch.full((len(tgt), T), pad)
+    for b, (s, t) in enumerate(zip(src_ids, tgt_ids)):
+        src_tokens[b, S - len(s):] = torch.tensor(s)
+        target[b, :len(t)] = torch.tensor(t)
+        prev[b, :len(t)] = torch.tensor([eos] + t[:-1])
+    return {"src_tokens": src_tokens, "src_lengths": torch.tensor([len(s) for s in src_ids]),
+            "prev_output_tokens": prev}, target
+
+
+def test_a_marian_teacher_answers_as_its_own_teacher_forced_forward_position_for_position(marian):
+    out, tokenizer, hf = marian
+    lines_de, lines_en = multi30k_lines("de", 6), multi30k_lines("en", 6)
+    dictionary, src, tgt = marian_dictionaries(tokenizer, lines_de, lines_en)
+    net_input, target = fairseq_batch(dictionary, src, tgt)
+    assert len(set(net_input["src_lengths"].tolist())) > 2
+    teacher = huggingface.load(out, dictionary, dictionary)
+    with torch.no_grad():
+        got = teacher.features(net_input, FeatureRequest(encoder_states=True))
+    vocab = tokenizer.get_vocab()
+    for b in range(len(lines_de)):
+        # Marian's own teacher forcing: labels = target + </s>, the decoder starts with <pad>
+        enc = tokenizer(lines_de[b], return_tensors="pt")
+        labels = tokenizer(text_target=lines_en[b], return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            ref = hf(**enc, labels=labels, output_hidden_states=True)
+        n = labels.size(1)
+        kept = torch.tensor([vocab[s] if s in vocab else 0 for s in dictionary.symbols])
+        real = ~teacher.masked
+        assert torch.allclose(got.logits[b, :n][:, real], ref.logits[0][:, kept][:, real], atol=1e-5)
+        # the source state of each real token, where fairseq has it (left-padded)
+        length = int(net_input["src_lengths"][b])
+        state = got.encoder_states[1][-length:, b]
+        assert torch.allclose(state, ref.encoder_hidden_states[1][0], atol=1e-5)
+    # the rows no target can be: <pad> (its logit would be exactly the bias), <s>, padding symbols
+    for symbol in ("<pad>", "<s>"):
+        assert torch.isneginf(got.logits[..., dictionary.index(symbol)]).all()
+    assert not torch.isneginf(got.logits[..., dictionary.eos()]).any()
+
+
+def test_a_one_position_shift_of_the_decoder_input_is_caught(marian):
+    """Feeding fairseq's </s> where Marian starts with <pad> (or shifting the target) changes every
+    position's logits: the mapping is what makes the comparison above pass."""
+    out, tokenizer, hf = marian
+    lines_de, lines_en = multi30k_lines("de", 3), multi30k_lines("en", 3)
+    dictionary, src, tgt = marian_dictionaries(tokenizer, lines_de, lines_en)
+    net_input, _ = fairseq_batch(dictionary, src, tgt)
+    teacher = huggingface.load(out, dictionary, dictionary)
+    with torch.no_grad():
+        right = teacher(**net_input)[0]
+        teacher.decoder_start = tokenizer.eos_token_id  # fairseq's start symbol, unmapped
+        wrong = teacher(**net_input)[0]
+    real = ~teacher.masked
+    assert not torch.allclose(right[0, 0, real], wrong[0, 0, real], atol=1e-3)
+
+
+def test_mass_outside_the_kept_pieces_is_counted(marian):
+    out, tokenizer, _ = marian
+    lines_de, lines_en = multi30k_lines("de", 4), multi30k_lines("en", 4)
+    dictionary, src, tgt = marian_dictionaries(tokenizer, lines_de, lines_en)
+    net_input, target = fairseq_batch(dictionary, src, tgt)
+    teacher = huggingface.load(out, dictionary, dictionary)
+    non_pad = target.ne(dictionary.pad())
+    outside, positions = huggingface.mass_outside(teacher, net_input, non_pad, chunk=5)
+    assert positions == int(non_pad.sum())
+    # the student keeps a fraction of the teacher's pieces; a random teacher spreads its mass over all
+    kept = int((~teacher.masked).sum())
+    assert kept < len(tokenizer.get_vocab()) - 2
+    assert 0.0 < outside / positions < 1.0
+
+
+# -- refusals: one line each ------------------------------------------------------------------------
+
+def test_a_data_bin_of_another_vocabulary_is_refused_naming_both(marian, tiny_data):
+    out, _, _ = marian
+    other = Dictionary.load(os.path.join(tiny_data, "dict.en.txt"))
+    with pytest.raises(DistillError) as raised:
+        huggingface.load(out, other, other)
+    message = str(raised.value)
+    assert out in message and "not in the teacher's vocabulary" in message
+    assert "fsd-prepare-corpus --vocabulary-from" in message and "\n" not in message
+
+
+def test_an_unsupported_family_is_named(tmp_path, task):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5", "is_encoder_decoder": True}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(DistillError, match=r"a Hugging Face 't5' model; the families that can teach are marian"):
+        load_teacher(str(tmp_path), task)
+
+
+def test_a_model_without_tokenizer_or_vocabulary_is_refused(pair, tmp_path, task):
+    _, _, _, out, _ = pair
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (bare / name).write_bytes(open(os.path.join(out, name), "rb").read())
+    with pytest.raises(DistillError, match="has no tokenizer and no vocab.json"):
+        load_teacher(str(bare), task)
+
+
+def test_without_transformers_the_teacher_is_refused_in_one_line(pair, task, monkeypatch):
+    _, _, _, out, _ = pair
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
+    with pytest.raises(DistillError) as raised:
+        load_teacher(out, task)
+    assert "needs the transformers package" in str(raised.value)
+    assert "pip install 'fairseq_distill[teachers]'" in str(raised.value)

@@ -15,7 +15,7 @@ from fairseq_distill.features import FeatureRequest, run_with_features, stack_sh
 from fairseq_distill.losses import ensemble_log_probs, log_probs_at, topk_word_kd_loss, word_kd_loss
 from fairseq_distill.teacher import huggingface
 from fairseq_distill.teacher.frozen import TeacherEnsemble, load_teacher
-from helpers import build, transformer_flags
+from helpers import build, build_trainer, transformer_flags
 from hf_models import fairseq_as_m2m100, marian_teacher, multi30k_lines, randomise_layer_norms
 
 pytest.importorskip("transformers")
@@ -266,3 +266,76 @@ def test_without_transformers_the_teacher_is_refused_in_one_line(pair, task, mon
         load_teacher(out, task)
     assert "needs the transformers package" in str(raised.value)
     assert "pip install 'fairseq_distill[teachers]'" in str(raised.value)
+
+
+# -- every term in the loop, through fairseq's trainer ------------------------------------------------
+
+@pytest.mark.parametrize("terms", ["word_kd", "word_kd,pkd", "word_kd,ckd", "word_kd,alp_kd", "word_kd,a2d"])
+def test_every_term_trains_a_student_from_the_hf_teacher_which_stays_frozen(pair, tiny_data, tmp_path, terms):
+    _, _, _, out, _ = pair
+    cfg, task, model, crit, trainer = build_trainer(
+        tiny_data, "--task", "translation_distill", "--teacher-path", out, "--distill-terms", terms,
+        criterion="distill")
+    teacher = task.teacher
+    assert isinstance(teacher.models[0], huggingface.HuggingFaceTeacher)
+    before = [p.detach().clone() for p in teacher.parameters()]
+    sample = varied_batch(task)
+    for _ in range(2):
+        logs = trainer.train_step([sample])
+    for name in terms.split(","):
+        value = logs[f"{name}_loss"]
+        assert value == value and value > 0, (name, value)  # finite (not NaN) and positive
+    assert all(torch.equal(a, b) for a, b in zip(before, teacher.parameters()))
+    teacher_ids = {id(p) for p in teacher.parameters()}
+    assert not teacher_ids & {id(p) for g in trainer.optimizer.param_groups for p in g["params"]}
+    path = str(tmp_path / "checkpoint.pt")
+    trainer.consolidate_optimizer()
+    trainer.save_checkpoint(path, {})
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    assert set(saved["model"]) == set(model.state_dict())
+
+
+def read_cache(directory):
+    import numpy as np
+
+    return [np.load(os.path.join(directory, name)) for name in ("offsets.npy", "log_probs.npy", "indices.npy")]
+
+
+@pytest.mark.slow
+def test_fsd_cache_teacher_from_the_m2m100_copy_stores_the_fairseq_teachers_rows(tiny_data, tmp_path):
+    from fairseq_distill.trainer_setup import build_training
+    from helpers import python_module, run, train_argv
+
+    _, task, model, _, trainer = build_training(train_argv(tiny_data, "--task", "translation_distill",
+                                                           criterion="label_smoothed_cross_entropy", model=PRENORM))
+    randomise_layer_norms(model)
+    checkpoint = str(tmp_path / "teacher.pt")
+    trainer.consolidate_optimizer()  # as checkpoint_utils.save_checkpoint does
+    trainer.save_checkpoint(checkpoint, {})
+    hf_dir = fairseq_as_m2m100(model, task.target_dictionary, str(tmp_path / "teacher-hf"))
+    caches = {}
+    for name, teacher in (("fairseq", checkpoint), ("hf", hf_dir)):
+        out = run(python_module("fairseq_distill.cli.cache_teacher", "--teacher", teacher, "--data", tiny_data,
+                                "--top-k", "4", "--dtype", "float32", "--out", str(tmp_path / name), "--cpu")).stdout
+        caches[name] = read_cache(str(tmp_path / name))
+    (f_offsets, f_values, f_indices), (h_offsets, h_values, h_indices) = caches["fairseq"], caches["hf"]
+    assert (f_offsets == h_offsets).all() and f_values.shape == h_values.shape
+    symbols = task.target_dictionary.symbols
+    never = {symbols.index("<s>"), symbols.index("<pad>")}
+    clean = ~np_isin(f_indices, never).any(axis=1)  # rows where the fairseq teacher ranks no masked row
+    assert clean.mean() > 0.5
+    assert (f_indices[clean] == h_indices[clean]).all()
+    # the same distribution, renormalised without the two rows no target can be: each row's
+    # log-probabilities shift by one constant, log 1/(1 − the mass fairseq gives <s> and <pad>)
+    shift = h_values[clean] - f_values[clean]
+    assert (shift.max(axis=1) - shift.min(axis=1)).max() < 1e-4 and (shift > 0).all()
+    assert not np_isin(h_indices, never).any()
+    meta = json.load(open(tmp_path / "hf" / "meta.json")) if os.path.isfile(tmp_path / "hf" / "meta.json") else None
+    assert meta is None or meta["teachers"][0].endswith("teacher-hf")
+    assert "tokens/s" in out
+
+
+def np_isin(array, values):
+    import numpy as np
+
+    return np.isin(array, sorted(values))

@@ -39,7 +39,7 @@ def marian_teacher(out_dir: str, seed: int = 0, layers=(2, 2), dim: int = 16, n_
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
     os.makedirs(out_dir, exist_ok=True)
-    work = os.path.join(out_dir, "spm-work")
+    work = out_dir.rstrip("/") + "-spm"
     os.makedirs(work, exist_ok=True)
     src_spm = train_sentencepiece(multi30k_lines("de", n_lines), os.path.join(work, "de"))
     tgt_spm = train_sentencepiece(multi30k_lines("en", n_lines), os.path.join(work, "en"))
@@ -110,4 +110,37 @@ def fairseq_as_m2m100(model, dictionary, out_dir: str) -> str:
     hf.save_pretrained(out_dir)
     with open(os.path.join(out_dir, "vocab.json"), "w", encoding="utf-8") as f:
         json.dump({s: i for i, s in enumerate(dictionary.symbols)}, f)
+    return out_dir
+
+
+def m2m100_teacher(out_dir: str, seed: int = 0, dim: int = 16, n_lines: int = 300) -> str:
+    """A random M2M100 model with its own tokenizer: one sentencepiece model for both languages,
+    vocab.json, and M2M100's language codes (__de__, __en__, ...) after the pieces."""
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer
+
+    os.makedirs(out_dir, exist_ok=True)
+    work = out_dir.rstrip("/") + "-spm"
+    os.makedirs(work, exist_ok=True)
+    spm_model = train_sentencepiece(multi30k_lines("de", n_lines) + multi30k_lines("en", n_lines),
+                                    os.path.join(work, "joint"), vocab_size=160)
+    pieces = ["<s>", "<pad>", "</s>", "<unk>"] + [p for p in spm_pieces(spm_model)]
+    with open(os.path.join(work, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump({p: i for i, p in enumerate(pieces)}, f)
+    import shutil
+
+    shutil.copy(spm_model, os.path.join(work, "sentencepiece.bpe.model"))
+    tokenizer = M2M100Tokenizer(os.path.join(work, "vocab.json"), os.path.join(work, "sentencepiece.bpe.model"),
+                                src_lang="de", tgt_lang="en")
+    torch.manual_seed(seed)
+    # the pieces, then the language codes, then tokenizer's 8 "madeup" words, as M2M100 lays them out
+    vocab_size = max(tokenizer.lang_token_to_id.values()) + 1 + 8
+    config = M2M100Config(vocab_size=vocab_size, d_model=dim, encoder_layers=2, decoder_layers=2,
+                          encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=2 * dim,
+                          decoder_ffn_dim=2 * dim, max_position_embeddings=256, pad_token_id=1, bos_token_id=0,
+                          eos_token_id=2, decoder_start_token_id=2, dropout=0.0, attention_dropout=0.0,
+                          activation_dropout=0.0, encoder_layerdrop=0.0, decoder_layerdrop=0.0)
+    model = M2M100ForConditionalGeneration(config)
+    randomise_layer_norms(model, seed)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
     return out_dir

@@ -16,7 +16,7 @@ from fairseq_distill.losses import ensemble_log_probs, log_probs_at, topk_word_k
 from fairseq_distill.teacher import huggingface
 from fairseq_distill.teacher.frozen import TeacherEnsemble, load_teacher
 from helpers import build, build_trainer, transformer_flags
-from hf_models import fairseq_as_m2m100, marian_teacher, multi30k_lines, randomise_layer_norms
+from hf_models import fairseq_as_m2m100, m2m100_teacher, marian_teacher, multi30k_lines, randomise_layer_norms
 
 pytest.importorskip("transformers")
 
@@ -139,12 +139,13 @@ def marian(tmp_path_factory):
     return out, AutoTokenizer.from_pretrained(out), MarianMTModel.from_pretrained(out).eval()
 
 
-def marian_dictionaries(tokenizer, lines_de, lines_en):
+def marian_dictionaries(tokenizer, lines_de, lines_en, codes=0):
     """fairseq dictionaries of the pieces the text uses (as fsd-prepare-corpus --vocabulary-from
-    MODEL_DIR makes them) and the text's ids in them."""
+    MODEL_DIR makes them) and the text's pieces; ``codes``: how many leading language codes the
+    tokenizer puts before each side's pieces (left out, as the student's data leaves them out)."""
     dictionary = Dictionary()
-    src = [tokenizer.convert_ids_to_tokens(tokenizer(line)["input_ids"][:-1]) for line in lines_de]
-    tgt = [tokenizer.convert_ids_to_tokens(tokenizer(text_target=line)["input_ids"][:-1]) for line in lines_en]
+    src = [tokenizer.convert_ids_to_tokens(tokenizer(line)["input_ids"][codes:-1]) for line in lines_de]
+    tgt = [tokenizer.convert_ids_to_tokens(tokenizer(text_target=line)["input_ids"][codes:-1]) for line in lines_en]
     for pieces in src + tgt:
         for p in pieces:
             dictionary.add_symbol(p)
@@ -215,6 +216,63 @@ def test_a_one_position_shift_of_the_decoder_input_is_caught(marian):
     assert not torch.allclose(right[0, 0, real], wrong[0, 0, real], atol=1e-3)
 
 
+@pytest.fixture(scope="module")
+def m2m100(tmp_path_factory):
+    out = m2m100_teacher(str(tmp_path_factory.mktemp("m2m100-codes")))
+    from transformers import AutoTokenizer, M2M100ForConditionalGeneration
+
+    return out, AutoTokenizer.from_pretrained(out), M2M100ForConditionalGeneration.from_pretrained(out).eval()
+
+
+def test_an_m2m100_teacher_gets_its_language_codes_which_the_students_data_does_not_hold(m2m100, tmp_path):
+    """The teacher reads __de__ x </s> and is forced with </s> __en__ y; the student's data holds
+    x and y alone: the teacher's logits at the student's positions are its own from position 1 on."""
+    out, tokenizer, hf = m2m100
+    lines_de, lines_en = multi30k_lines("de", 5), multi30k_lines("en", 5)
+    # the student's pieces: the teacher's, without the language codes
+    dictionary, src, tgt = marian_dictionaries(tokenizer, lines_de, lines_en, codes=1)
+    assert not any(s.startswith("__") for s in dictionary.symbols)
+    net_input, _ = fairseq_batch(dictionary, src, tgt)
+    data = tmp_path / "data-bin"
+    data.mkdir()
+    (data / "fairseq_distill.json").write_text(json.dumps(
+        {"teacher_vocabulary": {"source_code": "__de__", "target_code": "__en__"}}))
+    teacher = huggingface.load(out, dictionary, dictionary, str(data))
+    with torch.no_grad():
+        got = teacher.features(net_input, EVERYTHING)
+    vocab = huggingface.teacher_vocabulary(out, tokenizer)
+    kept = torch.tensor([vocab.get(s, 0) for s in dictionary.symbols])
+    real = ~teacher.masked
+    for b in range(len(lines_de)):
+        enc = tokenizer(lines_de[b], text_target=lines_en[b], return_tensors="pt")
+        assert enc["input_ids"][0, 0] == vocab["__de__"] and enc["labels"][0, 0] == vocab["__en__"]
+        with torch.no_grad():
+            ref = hf(input_ids=enc["input_ids"], labels=enc["labels"], output_hidden_states=True)
+        n = enc["labels"].size(1) - 1  # the student's target: y </s>
+        assert torch.allclose(got.logits[b, :n][:, real], ref.logits[0, 1:][:, kept][:, real], atol=1e-5)
+        length = int(net_input["src_lengths"][b])
+        # the encoder's embedding output of each source token, the code's position left out
+        assert torch.allclose(got.encoder_states[0][-length:, b], ref.encoder_hidden_states[0][0, 1:], atol=1e-5)
+    # language codes are never targets; maps keep the student's shape and rows sum to 1 at real positions
+    assert torch.isneginf(got.logits[..., [i for i, s in enumerate(dictionary.symbols) if s == "<pad>"]]).all()
+    S, T = net_input["src_tokens"].size(1), net_input["prev_output_tokens"].size(1)
+    assert got.attention["decoder_cross"][0].shape[-2:] == (T, S)
+    assert got.attention["encoder_self"][0].shape[-2:] == (S, S)
+    rows = got.attention["decoder_self"][0].sum(-1)
+    assert torch.allclose(rows, torch.ones_like(rows), atol=1e-5)
+
+
+def test_a_data_bin_prepared_for_a_code_the_teacher_lacks_is_refused(m2m100, tmp_path):
+    out, tokenizer, _ = m2m100
+    dictionary, _, _ = marian_dictionaries(tokenizer, multi30k_lines("de", 3), multi30k_lines("en", 3), codes=1)
+    data = tmp_path / "data-bin"
+    data.mkdir()
+    (data / "fairseq_distill.json").write_text(json.dumps(
+        {"teacher_vocabulary": {"source_code": "__xx__", "target_code": "__en__"}}))
+    with pytest.raises(DistillError, match="has no language code '__xx__'"):
+        huggingface.load(out, dictionary, dictionary, str(data))
+
+
 def test_mass_outside_the_kept_pieces_is_counted(marian):
     out, tokenizer, _ = marian
     lines_de, lines_en = multi30k_lines("de", 4), multi30k_lines("en", 4)
@@ -222,8 +280,11 @@ def test_mass_outside_the_kept_pieces_is_counted(marian):
     net_input, target = fairseq_batch(dictionary, src, tgt)
     teacher = huggingface.load(out, dictionary, dictionary)
     non_pad = target.ne(dictionary.pad())
-    outside, positions = huggingface.mass_outside(teacher, net_input, non_pad, chunk=5)
-    assert positions == int(non_pad.sum())
+    with torch.no_grad():
+        rows = teacher.decoder_output(net_input)[non_pad]
+        outside = teacher.outside_mass(rows, chunk=5)
+        assert abs(teacher.outside_mass(rows, chunk=1000) - outside) < 1e-4  # chunks change nothing
+    positions = int(non_pad.sum())
     # the student keeps a fraction of the teacher's pieces; a random teacher spreads its mass over all
     kept = int((~teacher.masked).sum())
     assert kept < len(tokenizer.get_vocab()) - 2

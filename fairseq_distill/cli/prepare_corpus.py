@@ -39,10 +39,16 @@ def build_parser():
                    help="keep a test set's blank lines (or lines the subword model empties) in place, aligned, as "
                         "empty sentences, instead of refusing them: an official protocol may keep them (fairseq's "
                         "prepare-iwslt14.sh does); each is scored as the empty reference of its line")
-    p.add_argument("--vocabulary-from", metavar="DATA_BIN",
+    p.add_argument("--vocabulary-from", metavar="DATA_BIN|MODEL_DIR",
                    help="segment and binarize with DATA_BIN's subword model and dictionaries (a teacher's "
                         "data-bin) instead of learning new ones, so that models trained on DATA_BIN read the new "
-                        "data; --bpe and --vocab-size then do not apply")
+                        "data; or with the tokenizer of a Hugging Face teacher (MarianMT, M2M100/NLLB model "
+                        "directory): the dictionary then holds the teacher's pieces that the training data uses, "
+                        "so that the teacher teaches every term (--teacher-path MODEL_DIR); --bpe and --vocab-size "
+                        "then do not apply")
+    p.add_argument("--teacher-languages", nargs=2, metavar=("SRC_CODE", "TGT_CODE"),
+                   help="with --vocabulary-from MODEL_DIR of an M2M100/NLLB teacher: its codes of the two languages "
+                        "(e.g. deu_Latn eng_Latn), where they are not __SRC__/__TGT__ or -s/-t themselves")
     p.add_argument("--subword-model", metavar="FILE",
                    help="with --vocabulary-from: the sentencepiece .model or subword-nmt codes DATA_BIN's text was "
                         "segmented with, where DATA_BIN does not record or hold it (a stock fairseq data-bin)")

@@ -25,7 +25,8 @@ from fairseq_distill.workdir import check_outputs
 
 def build_parser():
     p = cli_parser(__doc__)
-    p.add_argument("--backend", choices=BACKENDS, default="fairseq")
+    p.add_argument("--backend", choices=BACKENDS,
+                   help="default: ctranslate2 with --model-dir, else fairseq")
     p.add_argument("--checkpoint", help="fairseq: the student checkpoint (several joined by ':' form an ensemble)")
     p.add_argument("--data-bin", help="fairseq: the data directory it was trained on (dictionaries, subword model)")
     p.add_argument("--model-dir", help="ctranslate2: a directory written by export_ctranslate2")
@@ -64,6 +65,8 @@ def count_lines(path: str) -> Optional[int]:
 
 
 def translate(args):
+    if args.backend is None:
+        args.backend = "ctranslate2" if args.model_dir and not args.checkpoint else "fairseq"
     check_outputs([("--output", args.output)],
                   [("--input", args.input), ("--data-bin", args.data_bin), ("--model-dir", args.model_dir)]
                   + [("--checkpoint", c) for c in (args.checkpoint or "").split(":") if c])

@@ -153,15 +153,24 @@ def make_shard(job: CacheJob, task, dataset, shard_id: int, digest: str) -> dict
     bar = tqdm(total=total, desc=f"teacher cache shard {shard_id}/{job.num_shards}", unit="sent",
                file=sys.stderr, mininterval=2.0, disable=None if sys.stderr.isatty() else False)
     tokens = 0
+    outside = [0.0, 0]  # a Hugging Face teacher's mass on pieces the student lacks, and its positions
     with open(prefix + ".log_probs.bin", "wb") as fv, open(prefix + ".indices.bin", "wb") as fi, \
             torch.no_grad():
         for sample in itr:
             if not sample:
                 continue
             net_input = {k: v.to(device) for k, v in sample["net_input"].items()}
-            logits = [m(**net_input)[0] for m in teachers.models]
-            top_values, top_indices = ensemble_log_probs(logits, job.temperature).topk(job.top_k, dim=-1)
             non_pad = sample["target"].ne(pad)
+            logits = []
+            for m in teachers.models:
+                if hasattr(m, "outside_mass"):  # a Hugging Face teacher: what the student's vocabulary drops
+                    hidden = m.decoder_output(net_input)
+                    logits.append(m.logits_of(hidden))
+                    outside[0] += m.outside_mass(hidden[non_pad.to(device)])
+                    outside[1] += int(non_pad.sum())
+                else:
+                    logits.append(m(**net_input)[0])
+            top_values, top_indices = ensemble_log_probs(logits, job.temperature).topk(job.top_k, dim=-1)
             for b, sid in enumerate(sample["id"].tolist()):
                 real = non_pad[b].to(device)
                 fv.write(top_values[b][real].cpu().numpy().astype(value_type).tobytes())
@@ -174,12 +183,17 @@ def make_shard(job: CacheJob, task, dataset, shard_id: int, digest: str) -> dict
     record = {"ids": ids, "tokens": tokens, "seconds": round(seconds, 1), "settings": job.settings(),
               "data": os.path.abspath(job.data), "data_sha256": digest,
               "teachers": [os.path.abspath(p) for p in teachers.paths],
-              "teacher_digests": [file_sha256(p) for p in teachers.paths], "vocab_size": vocab}
+              "teacher_digests": [file_sha256(p) for p in teachers.paths], "vocab_size": vocab,
+              **({"teacher_mass_outside_vocabulary": outside[0] / outside[1]} if outside[1] else {})}
     with open(prefix + ".done.tmp", "w") as f:
         json.dump(record, f)
     os.replace(prefix + ".done.tmp", prefix + ".done")
     print(f"[cache] shard {shard_id}/{job.num_shards}: {len(ids):,} sentences, {tokens:,} target tokens in "
           f"{seconds:.0f}s ({tokens / max(seconds, 1e-9):,.0f} tokens/s)", file=sys.stderr)
+    if outside[1]:
+        print(f"[cache] shard {shard_id}/{job.num_shards}: the Hugging Face teacher put {100 * outside[0] / outside[1]:.3f}% "
+              f"of its probability (mean per target token) on pieces outside the student's vocabulary; the "
+              f"cache holds its distribution renormalised over the student's {vocab:,} symbols", file=sys.stderr)
     return record
 
 

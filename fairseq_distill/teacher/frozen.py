@@ -124,7 +124,8 @@ def load_teacher(path: str, task, allow_size_only: bool = False) -> nn.Module:
     from fairseq_distill.teacher import huggingface
 
     if huggingface.is_model_dir(path):
-        return huggingface.load(path, task.source_dictionary, task.target_dictionary)
+        data = task.cfg.data.split(":")[0] if getattr(task.cfg, "data", None) else None
+        return huggingface.load(path, task.source_dictionary, task.target_dictionary, data)
     state = read_teacher_checkpoint(path)
     check_teacher_dictionaries(state, path, task.source_dictionary, task.target_dictionary, allow_size_only)
 

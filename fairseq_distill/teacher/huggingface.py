@@ -48,7 +48,8 @@ FAMILIES = {"marian": "MarianMT (OPUS-MT)", "m2m_100": "M2M100 / NLLB-200"}
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
                 "pytorch_model.bin.index.json")
 INSTALL = "pip install 'fairseq_distill[teachers]' (or: pip install transformers sentencepiece)"
-FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")
+# the data-bin's record (fairseq_distill.json) of the teacher whose vocabulary its data speaks
+META_KEY = "teacher_vocabulary"
 
 
 def is_model_dir(path: str) -> bool:
@@ -97,10 +98,23 @@ def load_tokenizer(path: str):
         return None
 
 
+def special_tokens(tokenizer) -> set:
+    """The tokenizer's special tokens, language codes included (M2M100's tokenizer keeps its codes
+    out of both get_vocab and all_special_tokens, in lang_token_to_id)."""
+    tokens = set(tokenizer.all_special_tokens)
+    tokens |= set(getattr(tokenizer, "additional_special_tokens", None) or [])
+    tokens |= set(getattr(tokenizer, "lang_token_to_id", None) or {})
+    return tokens
+
+
 def teacher_vocabulary(path: str, tokenizer=None) -> Dict[str, int]:
-    """piece -> teacher id: the tokenizer's vocabulary, else the directory's vocab.json."""
+    """piece -> teacher id: the tokenizer's vocabulary and special tokens, else the directory's vocab.json."""
     if tokenizer is not None:
-        return dict(tokenizer.get_vocab())
+        vocab = dict(tokenizer.get_vocab())
+        for token in special_tokens(tokenizer):
+            if token not in vocab:
+                vocab[token] = tokenizer.convert_tokens_to_ids(token)
+        return vocab
     vocab_file = os.path.join(path, "vocab.json")
     if os.path.isfile(vocab_file):
         with open(vocab_file, encoding="utf-8") as f:
@@ -117,7 +131,7 @@ def never_targets(config: dict, tokenizer, vocab: Dict[str, int]) -> set:
     eos, unk = config.get("eos_token_id"), vocab.get("<unk>")
     ids = {config.get("pad_token_id"), config.get("decoder_start_token_id"), config.get("bos_token_id")}
     if tokenizer is not None:
-        ids |= set(tokenizer.all_special_ids)
+        ids |= {vocab[t] for t in special_tokens(tokenizer) if t in vocab}
     else:
         ids |= {i for piece, i in vocab.items() if piece.startswith("__") and piece.endswith("__")}
     return {i for i in ids if i is not None and i != eos and i != unk}
@@ -148,6 +162,64 @@ def check_vocabulary(side: str, dictionary, mapped, path: str):
             f"teacher's. Prepare it with the teacher's tokenizer: fsd-prepare-corpus --vocabulary-from {path}")
 
 
+# -- data in the teacher's vocabulary (fsd-prepare-corpus --vocabulary-from MODEL_DIR) -------------
+
+def segmentation_models(path: str, family: str):
+    """(source, target) sentencepiece models the teacher's tokenizer segments with: Marian has
+    one per side (source.spm, target.spm), M2M100/NLLB one for both."""
+    names = sorted(os.listdir(path))
+    if family == "marian":
+        pair = [os.path.join(path, n) for n in ("source.spm", "target.spm")]
+        if all(os.path.isfile(p) for p in pair):
+            return tuple(pair)
+    else:
+        models = [n for n in names if n.endswith(".model")]
+        if len(models) == 1:
+            return (os.path.join(path, models[0]),) * 2
+    raise DistillError(f"--vocabulary-from {path}: the teacher's sentencepiece model{'s' if family == 'marian' else ''} "
+                       f"({'source.spm and target.spm' if family == 'marian' else 'one .model file'}) are not in the "
+                       f"model directory (it holds {', '.join(names)}): save the tokenizer beside the model "
+                       f"(tokenizer.save_pretrained), as the model's own repository has it")
+
+
+def language_code(path: str, tokenizer, vocab, option: str, lang: str, given: Optional[str]) -> str:
+    """The teacher's code for ``lang`` (M2M100 ``__de__``, NLLB ``deu_Latn``), or ``given``."""
+    specials = special_tokens(tokenizer)
+    candidates = [given] if given else [f"__{lang}__", lang]
+    for code in candidates:
+        if code in vocab and (code in specials or given):
+            return code
+    known = sorted(t for t in specials if t in vocab and t not in ("<s>", "<pad>", "</s>", "<unk>", "<mask>"))
+    raise DistillError(f"{option} {lang}: the teacher {path} has no language code "
+                       f"{' or '.join(repr(c) for c in candidates)} (its codes include "
+                       f"{', '.join(known[:8]) or 'none'}); pass --teacher-languages SRC_CODE TGT_CODE with two of them")
+
+
+def prepared_vocabulary(path: str, src: str, tgt: str, codes=None) -> dict:
+    """What ``fsd-prepare-corpus --vocabulary-from MODEL_DIR`` needs of a Hugging Face teacher:
+    its family, the sentencepiece models of each side, the language codes it reads (M2M100/NLLB;
+    from -s/-t or ``codes``), and its vocabulary (piece -> id)."""
+    config = model_config(path)
+    tokenizer = load_tokenizer(path)
+    if tokenizer is None:
+        raise DistillError(f"--vocabulary-from {path}: the model directory has no tokenizer that transformers "
+                           f"can load, so the data cannot be segmented as the teacher reads it: save the "
+                           f"tokenizer beside the model (tokenizer.save_pretrained('{path}'))")
+    vocab = teacher_vocabulary(path, tokenizer)
+    family = config["model_type"]
+    source_model, target_model = segmentation_models(path, family)
+    record = {"model": os.path.abspath(path), "family": family, "pieces": len(vocab),
+              "source_code": None, "target_code": None}
+    if codes and family == "marian":
+        raise DistillError(f"--teacher-languages: the teacher {path} is a MarianMT model, which reads no language "
+                           f"codes (a multilingual OPUS-MT model reads its target code, e.g. >>fra<<, in the source text)")
+    if family != "marian":
+        given = codes or (None, None)
+        record["source_code"] = language_code(path, tokenizer, vocab, "--source-lang", src, given[0])
+        record["target_code"] = language_code(path, tokenizer, vocab, "--target-lang", tgt, given[1])
+    return {"record": record, "vocab": vocab, "models": (source_model, target_model)}
+
+
 # -- the teacher ----------------------------------------------------------------------------------------
 
 def _state(output):
@@ -155,13 +227,22 @@ def _state(output):
 
 
 class HuggingFaceTeacher(nn.Module):
-    """A frozen Hugging Face seq2seq model that answers in the student's ids and fairseq's layout."""
+    """A frozen Hugging Face seq2seq model that answers in the student's ids and fairseq's layout.
+
+    ``source_prefix``/``target_prefix``: teacher ids of the language codes an M2M100/NLLB teacher
+    reads before a source and emits first in a target. The student's data holds no language code
+    (it is a plain bilingual model, so every fairseq and deployment tool serves it as it is):
+    the teacher gets them here, and its outputs at their positions are left out (the logits that
+    predict the target code, the states of the codes, their attention columns, each map's rows
+    renormalised over what remains)."""
 
     def __init__(self, model, path: str, config: dict, source_map, target_map, never: set,
-                 source_pad: int, target_pad: int, target_eos: int):
+                 source_pad: int, target_pad: int, target_eos: int,
+                 source_prefix: Optional[int] = None, target_prefix: Optional[int] = None):
         super().__init__()
         self.model, self.path, self.family = model, path, config["model_type"]
         self.source_pad, self.target_pad, self.target_eos = source_pad, target_pad, target_eos
+        self.source_prefix, self.target_prefix = source_prefix, target_prefix
         self.teacher_pad = config["pad_token_id"]
         self.decoder_start = config.get("decoder_start_token_id")
         if self.decoder_start is None:
@@ -181,11 +262,10 @@ class HuggingFaceTeacher(nn.Module):
     # the layout the layer and attention terms map between (features.stack_shape's form)
     def stack_shape(self) -> dict:
         c = self.model.config
-        shape = {"encoder": (c.encoder_layers, c.d_model), "decoder": (c.decoder_layers, c.d_model)}
-        shape["encoder_self"] = (c.encoder_layers, c.encoder_attention_heads)
-        shape["decoder_self"] = (c.decoder_layers, c.decoder_attention_heads)
-        shape["decoder_cross"] = (c.decoder_layers, c.decoder_attention_heads)
-        return shape
+        return {"encoder": (c.encoder_layers, c.d_model), "decoder": (c.decoder_layers, c.d_model),
+                "encoder_self": (c.encoder_layers, c.encoder_attention_heads),
+                "decoder_self": (c.decoder_layers, c.decoder_attention_heads),
+                "decoder_cross": (c.decoder_layers, c.decoder_attention_heads)}
 
     def _layers(self, side: str):
         return getattr(self.model.get_encoder() if side == "encoder" else self.model.get_decoder(), "layers")
@@ -198,33 +278,53 @@ class HuggingFaceTeacher(nn.Module):
         return rows, (bias.view(-1).index_select(0, self.target_ids) if bias is not None else None)
 
     def logits_of(self, decoder_out: torch.Tensor) -> torch.Tensor:
+        """B x T x V_s logits of decoder outputs (student positions), -inf at the masked rows."""
         weight, bias = self.output_projection()
         logits = F.linear(decoder_out, weight, bias)
         return logits.masked_fill(self.masked, float("-inf"))
 
     def teacher_inputs(self, src_tokens, prev_output_tokens):
-        """The teacher's input ids, its source packed to the left, and the permutation back."""
+        """(input ids, attention mask, decoder ids, decoder mask, unpack): the teacher's inputs,
+        its source packed to the left behind its language code, and the permutation back."""
         src_pad = src_tokens.eq(self.source_pad)
         # a stable sort of the padding flags: each row's tokens first, in their order
         order = torch.sort(src_pad.to(torch.int8), dim=1, stable=True).indices
         packed = src_tokens.gather(1, order)
         input_ids = self.source_ids[packed].masked_fill(src_pad.gather(1, order), self.teacher_pad)
+        attention_mask = (~src_pad).gather(1, order).long()
         decoder_ids = self.target_ids[prev_output_tokens].masked_fill(
             prev_output_tokens.eq(self.target_pad), self.teacher_pad)
+        decoder_mask = prev_output_tokens.ne(self.target_pad).long()
         starts = prev_output_tokens[:, 0].eq(self.target_eos)
         decoder_ids[:, 0] = torch.where(starts, torch.full_like(decoder_ids[:, 0], self.decoder_start),
                                         decoder_ids[:, 0])
-        return (input_ids, (~src_pad).gather(1, order).long(), decoder_ids,
-                prev_output_tokens.ne(self.target_pad).long(), order.argsort(dim=1))
+        if self.source_prefix is not None:
+            input_ids = torch.cat([torch.full_like(input_ids[:, :1], self.source_prefix), input_ids], 1)
+            attention_mask = torch.cat([torch.ones_like(attention_mask[:, :1]), attention_mask], 1)
+        if self.target_prefix is not None:
+            code = torch.full_like(decoder_ids[:, :1], self.target_prefix)
+            decoder_ids = torch.cat([decoder_ids[:, :1], code, decoder_ids[:, 1:]], 1)
+            decoder_mask = torch.cat([decoder_mask[:, :1], decoder_mask], 1)
+        return input_ids, attention_mask, decoder_ids, decoder_mask, order.argsort(dim=1)
+
+    def _source(self, x: torch.Tensor, dim: int, unpack) -> torch.Tensor:
+        """Source positions along ``dim`` as the student has them: the code dropped, unpacked."""
+        if self.source_prefix is not None:
+            x = x.narrow(dim, 1, x.size(dim) - 1)
+        return to_student_layout(x, unpack, dim)
+
+    def _target(self, x: torch.Tensor, dim: int) -> torch.Tensor:
+        """Target positions along ``dim`` as the student has them (the one predicting the code dropped)."""
+        return x.narrow(dim, 1, x.size(dim) - 1) if self.target_prefix is not None else x
 
     def set_attention_implementation(self, eager: bool):
-        want = "eager" if eager else "sdpa"
-        if getattr(self.model.config, "_attn_implementation", None) != want and eager:
-            self.model.set_attn_implementation(want)
+        if eager and getattr(self.model.config, "_attn_implementation", None) != "eager":
+            self.model.set_attn_implementation("eager")
 
-    def features(self, net_input: dict, request: FeatureRequest) -> Features:
-        src_tokens, prev = net_input["src_tokens"], net_input["prev_output_tokens"]
-        input_ids, attention_mask, decoder_ids, decoder_mask, unpack = self.teacher_inputs(src_tokens, prev)
+    def _run(self, net_input: dict, request: FeatureRequest):
+        """One teacher-forced forward: (decoder output in student positions, states, maps, unpack)."""
+        input_ids, attention_mask, decoder_ids, decoder_mask, unpack = self.teacher_inputs(
+            net_input["src_tokens"], net_input["prev_output_tokens"])
         states = {"encoder": [], "decoder": []}
         maps: Dict[str, List] = {}
         handles = []
@@ -261,29 +361,67 @@ class HuggingFaceTeacher(nn.Module):
         finally:
             for handle in handles:
                 handle.remove()
-        logits = self.logits_of(outputs.last_hidden_state)
-        features = Features(net_output=(logits, {}), encoder_padding_mask=src_tokens.eq(self.source_pad))
+        return self._target(outputs.last_hidden_state, 1), states, maps, unpack
+
+    def decoder_output(self, net_input: dict) -> torch.Tensor:
+        """B x T x C: the decoder's output (after its final LayerNorm) at the student's target positions."""
+        return self._run(net_input, FeatureRequest())[0]
+
+    def features(self, net_input: dict, request: FeatureRequest) -> Features:
+        hidden, states, maps, unpack = self._run(net_input, request)
+        src_tokens = net_input["src_tokens"]
+        features = Features(net_output=(self.logits_of(hidden), {}),
+                            encoder_padding_mask=src_tokens.eq(self.source_pad))
         if request.encoder_states:
-            features.encoder_states = [to_student_layout(s, unpack, 1).transpose(0, 1) for s in states["encoder"]]
+            features.encoder_states = [self._source(s, 1, unpack).transpose(0, 1) for s in states["encoder"]]
         if request.decoder_states:
-            features.decoder_states = [s.transpose(0, 1) for s in states["decoder"]]
+            features.decoder_states = [self._target(s, 1).transpose(0, 1) for s in states["decoder"]]
         for kind, layer_maps in maps.items():
             missing = [i + 1 for i, m in enumerate(layer_maps) if m is None]
             if missing:
                 raise RuntimeError(f"teacher {self.path}: no {kind} attention weights came back from layers "
                                    f"{missing} (transformers returns them from its eager attention only)")
-            if kind == "encoder_self":
-                layer_maps = [to_student_layout(to_student_layout(m, unpack, 2), unpack, 3) for m in layer_maps]
-            elif kind == "decoder_cross":
-                layer_maps = [to_student_layout(m, unpack, 3) for m in layer_maps]
-            features.attention[kind] = layer_maps
+            features.attention[kind] = [self._student_map(kind, m, unpack) for m in layer_maps]
         return features
+
+    def _student_map(self, kind: str, m: torch.Tensor, unpack) -> torch.Tensor:
+        """A B x H x T x S map in the student's positions; rows renormalised where a code's column went."""
+        dropped = False
+        if kind == "encoder_self":
+            m = self._source(self._source(m, 2, unpack), 3, unpack)
+            dropped = self.source_prefix is not None
+        elif kind == "decoder_cross":
+            m = self._source(self._target(m, 2), 3, unpack)
+            dropped = self.source_prefix is not None
+        else:
+            m = self._target(self._target(m, 2), 3)
+            dropped = self.target_prefix is not None
+        if dropped:
+            m = m / m.sum(-1, keepdim=True).clamp_min(torch.finfo(m.dtype).tiny)
+        return m
+
+    def outside_mass(self, rows: torch.Tensor, chunk: int = 1024) -> float:
+        """The teacher's probability mass on the pieces the student does not keep, summed over
+        decoder outputs ``rows`` (N x C): what vocabulary trimming drops. The full-vocabulary
+        softmax is taken ``chunk`` rows at a time, so a 256k-piece teacher's N x V logits never
+        exist at once. Pieces no target can be are left out, as :meth:`logits_of` leaves them out."""
+        weight = self.model.get_output_embeddings().weight
+        bias = getattr(self.model, "final_logits_bias", None)
+        target = torch.ones(weight.size(0), dtype=torch.bool, device=weight.device)
+        target[self.never_ids] = False
+        kept = torch.zeros_like(target)
+        kept[self.target_ids[~self.masked]] = True
+        outside = 0.0
+        for part in rows.split(chunk):
+            logits = F.linear(part.float(), weight.float(), None if bias is None else bias.view(-1).float())
+            log_probs = logits.masked_fill(~target, float("-inf")).log_softmax(-1)
+            outside += float(log_probs[:, target & ~kept].exp().sum())
+        return outside
 
     def forward(self, src_tokens, src_lengths=None, prev_output_tokens=None, **unused):
         """The logits alone, as ``fairseq_model(**net_input)[0]`` gives them."""
-        features = self.features({"src_tokens": src_tokens, "prev_output_tokens": prev_output_tokens},
-                                 FeatureRequest())
-        return features.net_output
+        hidden = self.decoder_output({"src_tokens": src_tokens, "prev_output_tokens": prev_output_tokens})
+        return self.logits_of(hidden), {}
 
 
 def to_student_layout(x: torch.Tensor, unpack: torch.Tensor, dim: int) -> torch.Tensor:
@@ -293,8 +431,18 @@ def to_student_layout(x: torch.Tensor, unpack: torch.Tensor, dim: int) -> torch.
     return x.gather(dim, unpack.view(shape).expand_as(x))
 
 
-def load(path: str, source_dictionary, target_dictionary) -> HuggingFaceTeacher:
-    """The frozen teacher of a Hugging Face model directory, checked against the data's dictionaries."""
+def language_codes(data: Optional[str]) -> tuple:
+    """The teacher's language codes (source, target) that ``fsd-prepare-corpus --vocabulary-from
+    MODEL_DIR`` recorded in the data-bin ``data``; (None, None) where it recorded none."""
+    from fairseq_distill.text.segmentation import load_meta
+
+    record = ((load_meta(data) if data and os.path.isdir(data) else None) or {}).get(META_KEY) or {}
+    return record.get("source_code"), record.get("target_code")
+
+
+def load(path: str, source_dictionary, target_dictionary, data: Optional[str] = None) -> HuggingFaceTeacher:
+    """The frozen teacher of a Hugging Face model directory, checked against the dictionaries of
+    the data-bin ``data`` (whose record gives the language codes an M2M100/NLLB teacher reads)."""
     config = model_config(path)
     transformers = require_transformers()
     tokenizer = load_tokenizer(path)
@@ -307,37 +455,17 @@ def load(path: str, source_dictionary, target_dictionary) -> HuggingFaceTeacher:
         model = transformers.AutoModelForSeq2SeqLM.from_pretrained(path, attn_implementation="sdpa")
     except Exception as e:
         raise DistillError(f"cannot load the Hugging Face teacher {path}: {type(e).__name__}: {e}") from e
+    codes = language_codes(data)
+    for code in codes:
+        if code is not None and code not in vocab:
+            raise DistillError(f"teacher {path} has no language code {code!r}, which the data-bin {data} was "
+                               f"prepared for: it was prepared for another teacher")
     teacher = HuggingFaceTeacher(model, path, config, source_map, target_map,
                                  never_targets(config, tokenizer, vocab), source_dictionary.pad(),
-                                 target_dictionary.pad(), target_dictionary.eos())
-    kept = sum(1 for m in target_map if m is not None)
-    logger.info(f"teacher {path}: {FAMILIES[config['model_type']]}, its {len(vocab):,} pieces restricted to the "
-                f"data's {kept:,} target symbols")
+                                 target_dictionary.pad(), target_dictionary.eos(),
+                                 *(None if c is None else vocab[c] for c in codes))
+    kept = int((~teacher.masked).sum())
+    logger.info(f"teacher {path}: {FAMILIES[config['model_type']]}; its output restricted to the {kept:,} of its "
+                f"{len(vocab):,} pieces that are target symbols of the data"
+                + (f"; language codes {codes[0]} -> {codes[1]}" if codes[0] else ""))
     return teacher
-
-
-@torch.no_grad()
-def mass_outside(teacher: HuggingFaceTeacher, net_input: dict, non_pad: torch.Tensor, chunk: int = 1024):
-    """The teacher's probability mass on pieces the student does not keep, summed over the
-    non-padding target positions, and the number of positions: what vocabulary trimming drops.
-    The full-vocabulary softmax is taken ``chunk`` positions at a time, so a 256k-piece
-    teacher's B x T x V logits never exist at once."""
-    src_tokens, prev = net_input["src_tokens"], net_input["prev_output_tokens"]
-    input_ids, attention_mask, decoder_ids, decoder_mask, _ = teacher.teacher_inputs(src_tokens, prev)
-    hidden = teacher.model.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_ids,
-                                 decoder_attention_mask=decoder_mask, use_cache=False,
-                                 return_dict=True).last_hidden_state[non_pad]
-    weight = teacher.model.get_output_embeddings().weight
-    bias = getattr(teacher.model, "final_logits_bias", None)
-    # the pieces that may be a target (not padding, a start symbol or a language code), and of those
-    # the student's
-    target = torch.ones(weight.size(0), dtype=torch.bool, device=weight.device)
-    target[teacher.never_ids] = False
-    kept = torch.zeros_like(target)
-    kept[teacher.target_ids[~teacher.masked]] = True
-    outside = 0.0
-    for rows in hidden.split(chunk):
-        logits = F.linear(rows.float(), weight.float(), None if bias is None else bias.view(-1).float())
-        log_probs = logits.masked_fill(~target, float("-inf")).log_softmax(-1)
-        outside += float(log_probs[:, target & ~kept].exp().sum())
-    return outside, int(non_pad.sum())

@@ -224,13 +224,54 @@ def check_sizes(data_utils, bin_dir, tok_dir, src, tgt, sizes):
 
 
 SUBWORD_FILE = {"sentencepiece": "sentencepiece.model", "subword_nmt": "bpe.codes"}
+# a Marian teacher's target-side sentencepiece model (not named .model: the data-bin's one subword
+# model for the source, which translating needs, stays the only one)
+TARGET_SENTENCEPIECE = "target.spm"
+TEACHER_RECORD = "teacher_vocabulary"  # fairseq_distill.teacher.huggingface.META_KEY
 
 
-def vocabulary_of(data_bin, subword_model, src, tgt):
+def keep_teacher_pieces(dictionary_dir, langs, teacher) -> int:
+    """Drop from the joined dictionary the pieces the teacher's vocabulary lacks (they binarize as
+    <unk>), recording how many and how often in the teacher's record; returns the types kept."""
+    vocab = teacher["vocab"]
+    unknown = occurrences = kept = 0
+    for i, lang in enumerate(langs):
+        path = os.path.join(dictionary_dir, f"dict.{lang}.txt")
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        keep = []
+        for line in lines:
+            piece, count = line.rsplit(" ", 1)
+            if piece in vocab or piece.startswith("madeupword"):
+                keep.append(line)
+            elif i == 0:
+                unknown, occurrences = unknown + 1, occurrences + int(count)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in keep))
+        kept = sum(1 for line in keep if not line.startswith("madeupword"))  # fairseq's padding symbols
+    teacher["record"].update(unknown_pieces=unknown, unknown_occurrences=occurrences)
+    return kept
+
+
+def vocabulary_of(data_bin, subword_model, src, tgt, codes=None):
     """``--vocabulary-from DATA_BIN``: its segmentation kind and files (the subword model, each
-    side's dictionary), checked; None without it."""
+    side's dictionary), checked; for a Hugging Face teacher's directory also ``"teacher"``
+    (:func:`fairseq_distill.teacher.huggingface.prepared_vocabulary`); None without it."""
+    from fairseq_distill.teacher import huggingface
     from fairseq_distill.text.segmentation import find_subword_model
 
+    if data_bin and huggingface.is_model_dir(data_bin):
+        if subword_model:
+            raise DistillError(f"--subword-model goes with --vocabulary-from DATA_BIN; {data_bin} is a Hugging Face "
+                               f"model, segmented by its own tokenizer")
+        teacher = huggingface.prepared_vocabulary(data_bin, src, tgt, codes)
+        source_model, target_model = teacher["models"]
+        return {"bpe": "sentencepiece", "teacher": teacher,
+                "files": {"source_model": source_model, "target_model": target_model,
+                          "config": os.path.join(data_bin, "config.json")}}
+    if codes:
+        raise DistillError("--teacher-languages goes with --vocabulary-from MODEL_DIR, the directory of an M2M100 "
+                           "or NLLB teacher")
     if subword_model and not data_bin:
         raise DistillError("--subword-model goes with --vocabulary-from DATA_BIN (the data-bin whose dictionaries "
                            "the new data take); without it a subword model is learned from the training text")
@@ -272,7 +313,9 @@ def prepare(args):
                "errors": errors, "splits": [name for name, _ in splits], "max_length": max_length,
                "subword_sample": sample,
                **({"keep_blank_test_lines": True} if getattr(args, "keep_blank_test_lines", False) else {})}
-    vocabulary = vocabulary_of(getattr(args, "vocabulary_from", None), getattr(args, "subword_model", None), src, tgt)
+    vocabulary = vocabulary_of(getattr(args, "vocabulary_from", None), getattr(args, "subword_model", None), src, tgt,
+                               getattr(args, "teacher_languages", None))
+    teacher = (vocabulary or {}).get("teacher")
     if vocabulary:
         args.bpe = vocabulary["bpe"]
         options.update(bpe=args.bpe, vocab_size=None, spm_model_type=None, subword_sample=None,
@@ -310,7 +353,13 @@ def prepare(args):
         if os.path.isdir(bin_dir):
             shutil.rmtree(bin_dir)
         os.makedirs(bin_dir)
-        shutil.copy(vocabulary["files"]["subword_model"], os.path.join(bin_dir, SUBWORD_FILE[args.bpe]))
+        files = vocabulary["files"]
+        # a teacher's source model is the data-bin's (what translating a source needs); Marian's
+        # target side has a model of its own
+        shutil.copy(files["source_model"] if teacher else files["subword_model"],
+                    os.path.join(bin_dir, SUBWORD_FILE[args.bpe]))
+        if teacher and files["target_model"] != files["source_model"]:
+            shutil.copy(files["target_model"], os.path.join(bin_dir, TARGET_SENTENCEPIECE))
         stages.finish("subword model", 0)
     if "subword model" not in stages.done:
         if os.path.isdir(bin_dir):
@@ -327,7 +376,12 @@ def prepare(args):
         os.remove(train_text)
         stages.finish("subword model", taken)
     taken = stages.done["subword model"]
-    if vocabulary:
+    if teacher:
+        print(f"[prepare] the tokenizer of the {teacher['record']['family']} teacher {args.vocabulary_from}"
+              + (f" (language codes {teacher['record']['source_code']} and {teacher['record']['target_code']}, "
+                 f"which the teacher gets and the student's data does not hold)" if teacher["record"]["source_code"]
+                 else ""))
+    elif vocabulary:
         print(f"[prepare] the {args.bpe} model and dictionaries of {args.vocabulary_from} "
               f"({vocabulary['files']['subword_model']})")
     else:
@@ -335,6 +389,8 @@ def prepare(args):
         print(f"[prepare] learned a joint {args.bpe} model (size {args.vocab_size}{of})")
     if args.bpe == "sentencepiece":
         kind, model = "sentencepiece", os.path.join(bin_dir, "sentencepiece.model")
+        if os.path.isfile(os.path.join(bin_dir, TARGET_SENTENCEPIECE)):
+            model = (model, os.path.join(bin_dir, TARGET_SENTENCEPIECE))
         bpe_meta = {"bpe": "sentencepiece", "sentencepiece_model": "sentencepiece.model"}
     else:
         kind, model = "subword_nmt", os.path.join(bin_dir, "bpe.codes")
@@ -371,14 +427,17 @@ def prepare(args):
 
     log_path = os.path.join(args.out, "preprocess.log")
     dictionary_dir = os.path.join(stages.dir, "dictionary")
-    if "dictionary" not in stages.done and vocabulary:
+    if "dictionary" not in stages.done and vocabulary and not teacher:
         os.makedirs(dictionary_dir, exist_ok=True)
         open(log_path, "w").close()
         for lang in (src, tgt):
             shutil.copy(vocabulary["files"][f"dict.{lang}.txt"], os.path.join(dictionary_dir, f"dict.{lang}.txt"))
         stages.finish("dictionary", 0)
     if "dictionary" not in stages.done:
-        stages.finish("dictionary", build_dictionary(src, tgt, tok_dir, dictionary_dir, args.workers, log_path))
+        types = build_dictionary(src, tgt, tok_dir, dictionary_dir, args.workers, log_path)
+        if teacher:  # pieces the teacher's vocabulary lacks binarize as <unk>, counted
+            types = keep_teacher_pieces(dictionary_dir, (src, tgt), teacher)
+        stages.finish("dictionary", types)
     train = segmented["train"]
     pieces_dir = os.path.join(stages.dir, "train-pieces")
     if "merged train" not in stages.done:
@@ -396,9 +455,17 @@ def prepare(args):
     with open(os.path.join(bin_dir, f"dict.{src}.txt"), encoding="utf-8") as f:
         types = sum(1 for _ in f)
     pieces = stages.done["merged train"]
-    which = (f"the dictionaries of {args.vocabulary_from} ({types:,} {src} types plus 4 specials; pieces they lack "
-             f"became <unk>, counted in the log)" if vocabulary else
-             f"a joined dictionary of {types:,} types plus 4 specials")
+    if teacher:
+        record = teacher["record"]
+        which = (f"a joined dictionary of the teacher's pieces that the training data uses: {stages.done['dictionary']:,} of its "
+                 f"{record['pieces']:,}, plus 4 specials"
+                 + (f"; {record.get('unknown_occurrences', 0):,} occurrences of {record.get('unknown_pieces', 0):,} pieces it lacks "
+                    f"became <unk>" if record.get("unknown_pieces") else ""))
+    elif vocabulary:
+        which = (f"the dictionaries of {args.vocabulary_from} ({types:,} {src} types plus 4 specials; pieces they lack "
+                 f"became <unk>, counted in the log)")
+    else:
+        which = f"a joined dictionary of {types:,} types plus 4 specials"
     print(f"[prepare] binarized with fairseq-preprocess (the training pairs in {pieces} piece"
           f"{'s' if pieces > 1 else ''}): {which} (log: {log_path})")
 
@@ -419,6 +486,9 @@ def prepare(args):
         "blank_test_lines": blank_kept,  # 1-based lines kept as empty sentences (--keep-blank-test-lines)
         "subword_sample": {"pairs": taken, "of": pairs["train"]},
         **({"vocabulary_from": os.path.abspath(args.vocabulary_from)} if vocabulary else {}),
+        **({TEACHER_RECORD: {**teacher["record"], "kept_pieces": types,
+                             **({"target_sentencepiece_model": TARGET_SENTENCEPIECE}
+                                if isinstance(model, tuple) else {})}} if teacher else {}),
         "made_from": made_from,
     }
     with open(meta_path + ".partial", "w", encoding="utf-8") as f:

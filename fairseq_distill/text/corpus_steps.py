@@ -113,8 +113,9 @@ def segment_chunk(job):
     """A worker's piece: ``(first line number, src lines, tgt lines)`` segmented; returns the
     pieces and, per side, the 0-based positions (in the chunk) of lines the model empties."""
     kind, model, start, src, tgt = job
-    segmenter = _segmenter(kind, model)
-    pieces = (segmenter.encode_lines(src), segmenter.encode_lines(tgt))
+    # one model, or one per side (a Marian teacher's source.spm and target.spm)
+    source_model, target_model = model if isinstance(model, tuple) else (model, model)
+    pieces = (_segmenter(kind, source_model).encode_lines(src), _segmenter(kind, target_model).encode_lines(tgt))
     empty = tuple([i for i, p in enumerate(side) if not p.strip()] for side in pieces)
     return start, src, tgt, pieces, empty
 

@@ -400,3 +400,63 @@ def np_isin(array, values):
     import numpy as np
 
     return np.isin(array, sorted(values))
+
+
+@pytest.mark.slow
+def test_from_a_marian_model_directory_to_a_deployed_student(tmp_path):
+    """fsd-prepare-corpus --vocabulary-from MODEL_DIR, fsd-cache-teacher, fairseq-train with word-level
+    KD from the cache and CKD in the loop, fsd-export-ctranslate2, fsd-translate: the user's path."""
+    from transformers import AutoTokenizer
+
+    from helpers import PACKAGE_DIR, TINY_MODEL, TRAIN_FLAGS, prepare_corpus_argv, python_module, run, write_raw_corpus
+
+    teacher = marian_teacher(str(tmp_path / "opus-mt-de-en"))
+    raw = write_raw_corpus(tmp_path / "raw", 200, 10, 10)
+    out = run(prepare_corpus_argv(raw, tmp_path / "data", "--vocabulary-from", teacher)).stdout
+    assert "the tokenizer of the marian teacher" in out and "of the teacher's pieces that the training data uses" in out
+    data = str(tmp_path / "data" / "bin")
+    meta = json.load(open(os.path.join(data, "fairseq_distill.json")))
+    assert meta["teacher_vocabulary"]["family"] == "marian" and os.path.isfile(os.path.join(data, "target.spm"))
+    # the segmented text is the teacher tokenizer's pieces, each side with its own model
+    tokenizer = AutoTokenizer.from_pretrained(teacher)
+    de = open(raw / "train.de", encoding="utf-8").readline().strip()
+    en = open(raw / "train.en", encoding="utf-8").readline().strip()
+    tok = tmp_path / "data" / "tok"
+    assert open(tok / "train.de", encoding="utf-8").readline().split() == tokenizer.tokenize(de)
+    assert open(tok / "train.en", encoding="utf-8").readline().split() == \
+        tokenizer.convert_ids_to_tokens(tokenizer(text_target=en)["input_ids"][:-1])
+    vocab = tokenizer.get_vocab()
+    symbols = Dictionary.load(os.path.join(data, "dict.en.txt")).symbols
+    assert all(s in vocab or s in ("<s>", "<pad>") or s.startswith("madeupword") for s in symbols)
+    assert meta["teacher_vocabulary"]["kept_pieces"] == sum(1 for s in symbols[4:] if not s.startswith("madeupword"))
+
+    cache = run(python_module("fairseq_distill.cli.cache_teacher", "--teacher", teacher, "--data", data, "--top-k", "8",
+                              "--out", str(tmp_path / "cache"), "--cpu")).stdout
+    assert "on pieces outside the student's vocabulary" in cache
+    run(python_module("fairseq_cli.train", data, *TRAIN_FLAGS, *TINY_MODEL, "--user-dir", PACKAGE_DIR,
+                      "--task", "translation_distill", "--teacher-path", teacher, "--teacher-cache",
+                      str(tmp_path / "cache"), "--criterion", "distill", "--distill-terms", "word_kd,ckd",
+                      "--max-update", "4", "--save-dir", str(tmp_path / "student")))
+    run(python_module("fairseq_distill.cli.export_ctranslate2", str(tmp_path / "student" / "checkpoint_last.pt"),
+                      data, str(tmp_path / "deployed")))
+    src = tmp_path / "in.de"
+    src.write_text("".join(open(raw / "test.de", encoding="utf-8").readlines()[:4]), encoding="utf-8")
+    run(python_module("fairseq_distill.cli.translate", "--model-dir", str(tmp_path / "deployed"),
+                      "--input", str(src), "--output", str(tmp_path / "out.en"), "--max-len-b", "5"))
+    assert len(open(tmp_path / "out.en", encoding="utf-8").read().splitlines()) == 4
+
+
+@pytest.mark.slow
+def test_preparing_for_an_m2m100_teacher_records_its_codes_and_refuses_a_language_it_lacks(m2m100, tmp_path):
+    from helpers import prepare_corpus_argv, run, write_raw_corpus
+
+    out, _, _ = m2m100
+    raw = write_raw_corpus(tmp_path / "raw", 60, 5, 5)
+    run(prepare_corpus_argv(raw, tmp_path / "data", "--vocabulary-from", out))
+    record = json.load(open(tmp_path / "data" / "bin" / "fairseq_distill.json"))["teacher_vocabulary"]
+    assert (record["source_code"], record["target_code"]) == ("__de__", "__en__")
+    assert not any(line.startswith("__de__") for line in open(tmp_path / "data" / "tok" / "train.de"))
+    failed = run(prepare_corpus_argv(raw, tmp_path / "other", "--vocabulary-from", out,
+                                     "--teacher-languages", "deu_Latn", "__en__"), check=False)
+    assert failed.returncode != 0 and "Traceback" not in failed.stdout
+    assert "--source-lang de: the teacher" in failed.stdout and "has no language code 'deu_Latn'" in failed.stdout

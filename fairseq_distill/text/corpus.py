@@ -486,7 +486,7 @@ def prepare(args):
         "blank_test_lines": blank_kept,  # 1-based lines kept as empty sentences (--keep-blank-test-lines)
         "subword_sample": {"pairs": taken, "of": pairs["train"]},
         **({"vocabulary_from": os.path.abspath(args.vocabulary_from)} if vocabulary else {}),
-        **({TEACHER_RECORD: {**teacher["record"], "kept_pieces": types,
+        **({TEACHER_RECORD: {**teacher["record"], "kept_pieces": stages.done["dictionary"],
                              **({"target_sentencepiece_model": TARGET_SENTENCEPIECE}
                                 if isinstance(model, tuple) else {})}} if teacher else {}),
         "made_from": made_from,

@@ -430,6 +430,13 @@ def test_from_a_marian_model_directory_to_a_deployed_student(tmp_path):
     assert all(s in vocab or s in ("<s>", "<pad>") or s.startswith("madeupword") for s in symbols)
     assert meta["teacher_vocabulary"]["kept_pieces"] == sum(1 for s in symbols[4:] if not s.startswith("madeupword"))
 
+    # seq-KD data from the same directory, in one command (converted to CTranslate2 under OUT.work)
+    seqkd = run(python_module("fairseq_distill.cli.seqkd", "--teacher", teacher, "--data", data, "--out",
+                              str(tmp_path / "seqkd"), "--beam", "2", "--max-len-b", "20")).stdout
+    assert "is a Hugging Face model: decoding it with CTranslate2" in seqkd
+    assert os.path.isfile(tmp_path / "seqkd.work" / "teacher-ctranslate2-hf" / "model.bin")
+    summary = json.load(open(tmp_path / "seqkd" / "seqkd_summary.json"))
+    assert summary["kept"] + summary["missing_or_empty"] == 200
     cache = run(python_module("fairseq_distill.cli.cache_teacher", "--teacher", teacher, "--data", data, "--top-k", "8",
                               "--out", str(tmp_path / "cache"), "--cpu")).stdout
     assert "on pieces outside the student's vocabulary" in cache

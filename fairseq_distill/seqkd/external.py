@@ -57,6 +57,10 @@ def check_external_options(args):
     if args.device not in DEVICES:
         raise DistillError(f"unknown --device '{args.device}'; choose one of {', '.join(DEVICES)}")
     model_dir = args.teacher_ctranslate2
+    from fairseq_distill.teacher import huggingface
+
+    if huggingface.is_model_dir(model_dir):  # converted under --work once the work directory is locked
+        return
     if not os.path.isfile(os.path.join(model_dir, "model.bin")):
         raise DistillError(f"--teacher-ctranslate2 {model_dir} is not a CTranslate2 model directory (no model.bin); "
                            f"convert the model first, e.g. ct2-transformers-converter --model NAME --output_dir "
@@ -92,6 +96,12 @@ class ExternalTeacher:
 
         ctranslate2 = import_ctranslate2()
         self.model_dir = args.teacher_ctranslate2
+        # a data-bin in a Hugging Face teacher's pieces records the language codes it reads
+        record = ((load_meta(args.data) or {}).get("teacher_vocabulary") or {})
+        if record.get("source_code") and not args.teacher_source_prefix:
+            args.teacher_source_prefix = record["source_code"]
+        if record.get("target_code") and not args.teacher_target_prefix:
+            args.teacher_target_prefix = record["target_code"]
         self.tokenizer = load_tokenizer(args.teacher_tokenizer or find_tokenizer(self.model_dir), self.model_dir,
                                         args.teacher_source_prefix, args.teacher_target_tokenizer)
         self.prefix = [args.teacher_target_prefix] if args.teacher_target_prefix else []
@@ -276,7 +286,7 @@ def external_shard(args, teacher: ExternalTeacher, raw: RawSource, settings: dic
                        f"teacher shard {args.shard_id}/{args.num_shards} (ctranslate2 model)")
     writer = ShardWriter(args.work, args.shard_id, args.num_shards, args.nbest)
     totals = ExternalResult()
-    segment_seconds, segmenter = 0.0, Segmenter.from_dir(args.data)
+    segment_seconds, segmenter = 0.0, Segmenter.from_dir(args.data, side="target")
     try:
         for start, texts in raw.windows(WINDOW):
             mine = {i: texts[i - start] for i in range(start, start + len(texts)) if i % args.num_shards == args.shard_id}

@@ -90,13 +90,18 @@ class Segmenter:
                 self._bpe = BPE(f)
 
     @classmethod
-    def from_dir(cls, directory: str) -> "Segmenter":
+    def from_dir(cls, directory: str, side: str = "source") -> "Segmenter":
+        """The segmentation of ``directory``'s text; ``side="target"``: of its target text, which
+        has a model of its own where the data speaks a Marian teacher's vocabulary."""
         meta = load_meta(directory)
         if meta is None:
             raise DistillError(f"{directory} has no {META_FILE}: it was not prepared with "
                                f"prepare_corpus, so its subword segmentation is unknown")
         kind = meta.get("bpe")
         model = meta.get("sentencepiece_model") if kind == "sentencepiece" else meta.get("bpe_codes")
+        target_model = (meta.get("teacher_vocabulary") or {}).get("target_sentencepiece_model")
+        if side == "target" and target_model:
+            model = target_model
         return cls(kind, os.path.join(directory, model or ""))
 
     def encode(self, line: str) -> List[str]:

@@ -71,6 +71,18 @@ def test_every_method_and_teacher_kind_at_a_dry_run(corpus, tiny_data, tiny_teac
     (ct2 / "model.bin").write_bytes(b"")
     steps = commands(recipe(*base(corpus, out), "--dry-run", "--teacher", ct2).stdout)
     assert any(f"--teacher-ctranslate2 {ct2}" in s for s in steps) and not any("fsd-cache-teacher" in s for s in steps)
+    # a Hugging Face model directory: the text in its pieces, then every method as from a fairseq teacher
+    hf = tmp_path / "opus-mt"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    (hf / "model.safetensors").write_bytes(b"")
+    said = recipe(*base(corpus, out), "--dry-run", "--teacher", hf, "--method", "ckd").stdout
+    assert said.startswith(f"[own] teacher: huggingface ({hf}); method: ckd")
+    steps = commands(said)
+    assert f"--vocabulary-from {hf}" in steps[1]
+    assert any("--criterion ckd" in s and f"--teacher-path {hf}" in s for s in steps)
+    steps = commands(recipe(*base(corpus, out), "--dry-run", "--teacher", hf).stdout)
+    assert any(f"fsd-seqkd --teacher {hf}" in s for s in steps) and any("fsd-cache-teacher" in s for s in steps)
     assert not os.path.exists(out)  # a dry run writes nothing
 
 
@@ -87,11 +99,11 @@ def test_bad_input_is_refused_naming_it(corpus, tmp_path):
     (lopsided / "train.en").write_text("".join(open(corpus / "train.en").readlines()[:-3]))
     cases = [
         ((*base(corpus, out), "--method", "ckd", "--teacher", translations, "--test", corpus / "test"),
-         "--method ckd needs a fairseq teacher (it reads the teacher's distributions or states during training); "
-         "a translations teacher serves: auto, none, seqkd"),
+         "--method ckd needs a fairseq or Hugging Face teacher (it reads the teacher's distributions or states "
+         "during training); a translations teacher serves: auto, none, seqkd"),
         ((*base(corpus, out), "--teacher", translations), "is a file of translations, one for each training pair: "
                                                             "pass --test PREFIX"),
-        ((*base(corpus, out), "--teacher", hf), "is a Hugging Face model directory: convert it to CTranslate2 first"),
+        ((*base(corpus, out), "--teacher", hf), "a directory without a CTranslate2 model.bin or Hugging Face weights"),
         ((*base(corpus, out), "--teacher", tmp_path / "nope.pt"), "no such file or directory"),
         ((*base(corpus, out), "--method", "kd"), "unknown --method 'kd'; valid: auto, none, seqkd, word_kd, pkd"),
         ((*base(corpus, out), "--student", "huge"), "unknown --student 'huge'; valid: tiny, base"),
@@ -135,3 +147,19 @@ def test_smoke_from_a_file_of_translations(corpus, tmp_path):
     assert said.startswith(f"[own] teacher: translations ({translations}); method: seqkd")
     results = (out / "results.md").read_text()
     assert "no report card beside it" in results and (out / "student-int8" / "model.bin").is_file()
+
+
+def test_smoke_from_a_hugging_face_model_directory(corpus, tmp_path):
+    """A tiny random MarianMT teacher with its own tokenizer: the text prepared in its pieces,
+    seq-KD data and the cache from it, the student trained on both, deployed and evaluated."""
+    from hf_models import marian_teacher
+
+    teacher = marian_teacher(str(tmp_path / "opus-mt-de-en"))
+    out = tmp_path / "work"
+    said = recipe(*base(corpus, out), "--test", corpus / "test", "--teacher", teacher, "--smoke").stdout
+    assert said.startswith(f"[own] teacher: huggingface ({teacher}); method: seqkd+word_kd")
+    meta = (out / "data" / "bin" / "fairseq_distill.json").read_text()
+    assert '"teacher_vocabulary"' in meta
+    state = torch.load(out / "runs" / "student" / "checkpoint_best.pt", weights_only=False)
+    assert state["cfg"]["criterion"]["_name"] == "word_kd"
+    assert (out / "student-int8" / "model.bin").is_file() and "The deployable student" in (out / "results.md").read_text()

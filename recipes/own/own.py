@@ -1,7 +1,7 @@
 """The helpers of recipes/own/run.sh that are easier in Python than in bash.
 
     python own.py plugin                   the installed plugin's folder, for --user-dir
-    python own.py teacher PATH             the teacher's kind: none, fairseq, ctranslate2, translations
+    python own.py teacher PATH             the teacher's kind: none, fairseq, huggingface, ctranslate2, translations
     python own.py teacher-data CHECKPOINT  the data-bin a fairseq checkpoint was trained on, if it is found
     python own.py split SRC TGT TRAIN VALID TEST|- OUT    the text the recipe prepares, in OUT/text
     python own.py results OUT SRC TGT      OUT/results.md from the report (or the evaluation)
@@ -22,6 +22,11 @@ def fail(message):
     sys.exit(f"run.sh: {message}")
 
 
+# the weights of a Hugging Face model directory (fairseq_distill.teacher.huggingface.WEIGHT_FILES;
+# not imported: the kind is told before any package loads)
+HF_WEIGHTS = {"model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json"}
+
+
 def teacher_kind(path: str) -> str:
     if path in ("", "none"):
         return "none"
@@ -31,11 +36,11 @@ def teacher_kind(path: str) -> str:
         names = set(os.listdir(path))
         if "model.bin" in names:
             return "ctranslate2"
-        if "config.json" in names:
-            fail(f"--teacher {path} is a Hugging Face model directory: convert it to CTranslate2 first "
-                 f"(ct2-transformers-converter, docs/guides.md), a Hugging Face teacher is not read directly yet")
-        fail(f"--teacher {path}: a directory without a CTranslate2 model.bin; give a fairseq checkpoint (.pt), a "
-             f"CTranslate2 model directory or a file of translations")
+        if "config.json" in names and names & HF_WEIGHTS:
+            return "huggingface"
+        fail(f"--teacher {path}: a directory without a CTranslate2 model.bin or Hugging Face weights (config.json "
+             f"and {' or '.join(sorted(HF_WEIGHTS))}); give a fairseq checkpoint (.pt), a Hugging Face or "
+             f"CTranslate2 model directory, or a file of translations")
     with open(path, "rb") as f:
         head = f.read(4)
     # torch.save writes a zip archive (or, before torch 1.6, a pickle)

@@ -14,10 +14,12 @@
 #                     parameters at an 8,000-piece vocabulary)
 #   CHECKPOINT.pt     a fairseq teacher; the text is prepared on its vocabulary (--teacher-data, the
 #                     data-bin it was trained on, else the one its checkpoint names)
+#   DIR (config.json) a Hugging Face MarianMT or M2M100/NLLB model with its tokenizer: every method; the
+#                     text is prepared in the teacher's pieces (fsd-prepare-corpus --vocabulary-from DIR)
 #   DIR (model.bin)   a CTranslate2 model (e.g. OPUS-MT converted): seq-KD data only
 #   FILE              its translations of the training source, one a line: seq-KD data only
 # --method: auto (default), none, seqkd, word_kd, pkd, ckd, alp_kd, a2d.
-#   auto with a fairseq teacher (or none): seq-KD data (MBR over 8 hypotheses) and word-level KD from
+#   auto with a fairseq or Hugging Face teacher (or none): seq-KD data (MBR over 8 hypotheses) and word-level KD from
 #   a top-8 cache of the teacher over it; with a CTranslate2 model or translations: seq-KD data only
 #   (the other methods read the teacher's outputs during training). Why: docs/guides.md, README.
 # --student: tiny (2+2, d = 64, FFN 256; 0.75M parameters at 8,000 pieces) or base (2+2, d = 128, FFN
@@ -30,7 +32,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../common.sh"
 RECIPE=own
 STAGES="prepare teacher seqkd cache student export report"
-HELP_LINES=27
+HELP_LINES=28
 METHODS="auto none seqkd word_kd pkd ckd alp_kd a2d"
 
 SRC="" TGT="" TRAIN_PREFIX="" VALID_PREFIX="" TEST_PREFIX="-" MONO="" TEACHER_PATH="" TEACHER_DATA=""
@@ -70,12 +72,13 @@ if [ -n "$MONO" ] && [ ! -f "$MONO" ]; then echo "run.sh: --mono $MONO: no such 
 OWN="python $HERE/own.py"
 KIND=$($OWN teacher "$TEACHER_PATH")
 SERVES="auto none seqkd"  # what a teacher known only by its outputs can serve
-if [ "$KIND" = fairseq ] || [ "$KIND" = none ]; then SERVES=$METHODS; fi
+READS_TEACHER=0  # the teacher's distributions and states can be read during training
+case "$KIND" in fairseq|huggingface|none) READS_TEACHER=1; SERVES=$METHODS ;; esac
 case " $SERVES " in *" $METHOD "*) ;; *)
-  echo "run.sh: --method $METHOD needs a fairseq teacher (it reads the teacher's distributions or states during" \
-       "training); a $KIND teacher serves: ${SERVES// /, }" >&2; exit 2 ;; esac
+  echo "run.sh: --method $METHOD needs a fairseq or Hugging Face teacher (it reads the teacher's distributions or" \
+       "states during training); a $KIND teacher serves: ${SERVES// /, }" >&2; exit 2 ;; esac
 if [ "$METHOD" = auto ]; then
-  if [ "$KIND" = fairseq ] || [ "$KIND" = none ]; then METHOD=seqkd+word_kd; else METHOD=seqkd; fi
+  if [ "$READS_TEACHER" = 1 ]; then METHOD=seqkd+word_kd; else METHOD=seqkd; fi
 fi
 if [ "$KIND" = translations ] && [ "$TEST_PREFIX" = - ]; then
   echo "run.sh: --teacher $TEACHER_PATH is a file of translations, one for each training pair: pass --test PREFIX," \
@@ -154,6 +157,7 @@ prepare() {
 if wanted prepare; then
   vocabulary=("${VOCAB[@]}")
   [ "$KIND" = fairseq ] && vocabulary=(--vocabulary-from "$TEACHER_DATA")
+  [ "$KIND" = huggingface ] && vocabulary=(--vocabulary-from "$TEACHER_PATH")
   stage "[prepare]" "$OUT/data/.done" prepare "$SRC" "$TGT" "$TRAIN_PREFIX" "$VALID_PREFIX" "$TEST_PREFIX" \
     "${vocabulary[@]}"
 fi
@@ -172,9 +176,13 @@ fi
 if wanted seqkd && [ "$STUDENT_DATA" = "$OUT/seqkd" ]; then
   source_flags=()
   [ -n "$MONO" ] && source_flags=(--source "$MONO")
+  # a teacher that reads raw text gets the training source as prepared (<unk> pieces cannot be read back)
+  raw_source=(--raw-train-source "$OUT/data/raw/train.$SRC")
   case "$KIND" in
     ctranslate2) stage "[seqkd]" "$OUT/seqkd/.done" fsd-seqkd --teacher-ctranslate2 "$TEACHER" --data "$DATA" \
-                   --out "$OUT/seqkd" --beam 4 ${source_flags[@]+"${source_flags[@]}"} ;;
+                   --out "$OUT/seqkd" --beam 4 "${raw_source[@]}" ${source_flags[@]+"${source_flags[@]}"} ;;
+    huggingface) stage "[seqkd]" "$OUT/seqkd/.done" seqkd --teacher "$TEACHER" --data "$DATA" --out "$OUT/seqkd" \
+                   "${SEQKD_DECODING[@]}" "${raw_source[@]}" ${source_flags[@]+"${source_flags[@]}"} ;;
     translations) stage "[seqkd]" "$OUT/seqkd/.done" fsd-seqkd --teacher-translations "$TEACHER" --data "$DATA" \
                     --out "$OUT/seqkd" ;;
     *) stage "[seqkd]" "$OUT/seqkd/.done" seqkd --teacher "$TEACHER" --data "$DATA" --out "$OUT/seqkd" \

@@ -51,7 +51,7 @@ def marian_teacher(out_dir: str, seed: int = 0, layers=(2, 2), dim: int = 16, n_
     vocab = {p: i for i, p in enumerate(pieces)}
     with open(os.path.join(work, "vocab.json"), "w", encoding="utf-8") as f:
         json.dump(vocab, f)
-    tokenizer = MarianTokenizer(src_spm, tgt_spm, os.path.join(work, "vocab.json"))
+    tokenizer = MarianTokenizer(src_spm, tgt_spm, os.path.join(work, "vocab.json"), source_lang="de", target_lang="en")
     torch.manual_seed(seed)
     config = MarianConfig(vocab_size=len(vocab), d_model=dim, encoder_layers=layers[0], decoder_layers=layers[1],
                           encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=2 * dim,

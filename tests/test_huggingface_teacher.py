@@ -467,3 +467,15 @@ def test_preparing_for_an_m2m100_teacher_records_its_codes_and_refuses_a_languag
                                      "--teacher-languages", "deu_Latn", "__en__"), check=False)
     assert failed.returncode != 0 and "Traceback" not in failed.stdout
     assert "--source-lang de: the teacher" in failed.stdout and "has no language code 'deu_Latn'" in failed.stdout
+
+
+def test_preparing_data_for_another_language_pair_than_the_teachers_is_refused(marian, m2m100):
+    out, _, _ = marian
+    with pytest.raises(DistillError, match=r"--source-lang en: the teacher .* translates de -> en"):
+        huggingface.prepared_vocabulary(out, "en", "de")
+    assert huggingface.prepared_vocabulary(out, "de", "en")["record"]["source_code"] is None
+    m2m, _, _ = m2m100
+    with pytest.raises(DistillError, match=r"--target-lang xx: the teacher .* has no language code '__xx__' or 'xx'"):
+        huggingface.prepared_vocabulary(m2m, "de", "xx")
+    record = huggingface.prepared_vocabulary(m2m, "de", "en")["record"]
+    assert (record["source_code"], record["target_code"]) == ("__de__", "__en__")

@@ -213,7 +213,15 @@ def prepared_vocabulary(path: str, src: str, tgt: str, codes=None) -> dict:
     if codes and family == "marian":
         raise DistillError(f"--teacher-languages: the teacher {path} is a MarianMT model, which reads no language "
                            f"codes (a multilingual OPUS-MT model reads its target code, e.g. >>fra<<, in the source text)")
-    if family != "marian":
+    if family == "marian":
+        # an OPUS-MT tokenizer names its pair (tokenizer_config.json: source_lang, target_lang)
+        for option, lang, named in (("--source-lang", src, getattr(tokenizer, "source_lang", None)),
+                                    ("--target-lang", tgt, getattr(tokenizer, "target_lang", None))):
+            if named and str(named).split("_")[0].lower() != lang.split("_")[0].lower():
+                raise DistillError(f"{option} {lang}: the teacher {path} translates {tokenizer.source_lang} -> "
+                                   f"{tokenizer.target_lang} (its tokenizer_config.json); give -s "
+                                   f"{tokenizer.source_lang} -t {tokenizer.target_lang}, or that pair's teacher")
+    else:
         given = codes or (None, None)
         record["source_code"] = language_code(path, tokenizer, vocab, "--source-lang", src, given[0])
         record["target_code"] = language_code(path, tokenizer, vocab, "--target-lang", tgt, given[1])

@@ -453,22 +453,6 @@ def test_from_a_marian_model_directory_to_a_deployed_student(tmp_path):
     assert len(open(tmp_path / "out.en", encoding="utf-8").read().splitlines()) == 4
 
 
-@pytest.mark.slow
-def test_preparing_for_an_m2m100_teacher_records_its_codes_and_refuses_a_language_it_lacks(m2m100, tmp_path):
-    from helpers import prepare_corpus_argv, run, write_raw_corpus
-
-    out, _, _ = m2m100
-    raw = write_raw_corpus(tmp_path / "raw", 60, 5, 5)
-    run(prepare_corpus_argv(raw, tmp_path / "data", "--vocabulary-from", out))
-    record = json.load(open(tmp_path / "data" / "bin" / "fairseq_distill.json"))["teacher_vocabulary"]
-    assert (record["source_code"], record["target_code"]) == ("__de__", "__en__")
-    assert not any(line.startswith("__de__") for line in open(tmp_path / "data" / "tok" / "train.de"))
-    failed = run(prepare_corpus_argv(raw, tmp_path / "other", "--vocabulary-from", out,
-                                     "--teacher-languages", "deu_Latn", "__en__"), check=False)
-    assert failed.returncode != 0 and "Traceback" not in failed.stdout
-    assert "--source-lang de: the teacher" in failed.stdout and "has no language code 'deu_Latn'" in failed.stdout
-
-
 def test_preparing_data_for_another_language_pair_than_the_teachers_is_refused(marian, m2m100):
     out, _, _ = marian
     with pytest.raises(DistillError, match=r"--source-lang en: the teacher .* translates de -> en"):

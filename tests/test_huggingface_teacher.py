@@ -14,6 +14,7 @@ from fairseq_distill.errors import DistillError
 from fairseq_distill.features import FeatureRequest, run_with_features, stack_shape
 from fairseq_distill.losses import ensemble_log_probs, log_probs_at, topk_word_kd_loss, word_kd_loss
 from fairseq_distill.teacher import huggingface
+from fairseq_distill.text import teacher_vocabulary
 from fairseq_distill.teacher.frozen import TeacherEnsemble, load_teacher
 from helpers import build, build_trainer, transformer_flags
 from hf_models import fairseq_as_m2m100, m2m100_teacher, marian_teacher, multi30k_lines, randomise_layer_norms
@@ -240,7 +241,7 @@ def test_an_m2m100_teacher_gets_its_language_codes_which_the_students_data_does_
     teacher = huggingface.load(out, dictionary, dictionary, str(data))
     with torch.no_grad():
         got = teacher.features(net_input, EVERYTHING)
-    vocab = huggingface.teacher_vocabulary(out, tokenizer)
+    vocab = teacher_vocabulary.teacher_vocabulary(out, tokenizer)
     kept = torch.tensor([vocab.get(s, 0) for s in dictionary.symbols])
     real = ~teacher.masked
     for b in range(len(lines_de)):
@@ -456,10 +457,10 @@ def test_from_a_marian_model_directory_to_a_deployed_student(tmp_path):
 def test_preparing_data_for_another_language_pair_than_the_teachers_is_refused(marian, m2m100):
     out, _, _ = marian
     with pytest.raises(DistillError, match=r"--source-lang en: the teacher .* translates de -> en"):
-        huggingface.prepared_vocabulary(out, "en", "de")
-    assert huggingface.prepared_vocabulary(out, "de", "en")["record"]["source_code"] is None
+        teacher_vocabulary.prepared_vocabulary(out, "en", "de")
+    assert teacher_vocabulary.prepared_vocabulary(out, "de", "en")["record"]["source_code"] is None
     m2m, _, _ = m2m100
     with pytest.raises(DistillError, match=r"--target-lang xx: the teacher .* has no language code '__xx__' or 'xx'"):
-        huggingface.prepared_vocabulary(m2m, "de", "xx")
-    record = huggingface.prepared_vocabulary(m2m, "de", "en")["record"]
+        teacher_vocabulary.prepared_vocabulary(m2m, "de", "xx")
+    record = teacher_vocabulary.prepared_vocabulary(m2m, "de", "en")["record"]
     assert (record["source_code"], record["target_code"]) == ("__de__", "__en__")

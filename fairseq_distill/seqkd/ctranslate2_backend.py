@@ -380,3 +380,57 @@ class CTranslate2Teacher:
             print(f"[seqkd] {len(again):,} sentences reached the length limit and were decoded again "
                   f"with fairseq, whose beam search ranks them differently there", file=sys.stderr)
         return result
+
+
+# -- a Hugging Face model directory as the teacher (fsd-seqkd --teacher MODEL_DIR) -----------------
+
+CONVERTED_DIR = "teacher-ctranslate2-hf"
+CONVERTED_RECORD = "fairseq_distill_converted.json"
+TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json", "vocab.json", "source.spm",
+                   "target.spm", "sentencepiece.bpe.model", "spm.model", "sentencepiece.model",
+                   "added_tokens.json", "generation_config.json")
+
+
+def converted_for_ctranslate2(path: str, work: str) -> str:
+    """The model directory ``path`` converted to CTranslate2 under ``work`` (float32, its
+    tokenizer's files beside it), once: a later run reuses it while the model's files are the same."""
+    from fairseq_distill.text.files import file_sha256
+    from fairseq_distill.text.teacher_vocabulary import INSTALL, require_transformers
+    from fairseq_distill.text.teacher_vocabulary import model_config as hf_model_config
+
+    hf_model_config(path)  # a family that can teach, or refused by name
+    digest = file_sha256(path)
+    final = os.path.join(work, CONVERTED_DIR)
+    record_path = os.path.join(final, CONVERTED_RECORD)
+    if os.path.isfile(record_path):
+        with open(record_path, encoding="utf-8") as f:
+            if json.load(f).get("model_sha256") == digest:
+                print(f"[seqkd] reusing the CTranslate2 conversion of {path}: {final}")
+                return final
+        shutil.rmtree(final)
+    try:
+        from ctranslate2.converters import TransformersConverter
+    except ImportError as e:
+        raise DistillError(f"sequence-level KD from {path} decodes with CTranslate2, which is not installed: "
+                           f"{INSTALL}") from e
+    require_transformers()
+    os.makedirs(work, exist_ok=True)
+    started = time.time()
+    tmp = tempfile.mkdtemp(prefix=".converting-", dir=work)
+    try:
+        files = [os.path.join(path, n) for n in TOKENIZER_FILES if os.path.isfile(os.path.join(path, n))]
+        try:
+            TransformersConverter(path, copy_files=files).convert(tmp, force=True)
+        except Exception as e:
+            raise DistillError(f"cannot convert {path} to CTranslate2: {type(e).__name__}: {e}") from e
+        with open(os.path.join(tmp, CONVERTED_RECORD), "w", encoding="utf-8") as f:
+            json.dump({"model": os.path.abspath(path), "model_sha256": digest}, f, indent=2)
+        os.rename(tmp, final)
+    finally:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp)
+    print(f"[seqkd] converted {path} to CTranslate2 in {time.time() - started:.0f}s: {final}")
+    return final
+
+
+# -- the teacher ----------------------------------------------------------------------------------------

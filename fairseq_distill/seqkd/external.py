@@ -57,9 +57,9 @@ def check_external_options(args):
     if args.device not in DEVICES:
         raise DistillError(f"unknown --device '{args.device}'; choose one of {', '.join(DEVICES)}")
     model_dir = args.teacher_ctranslate2
-    from fairseq_distill.teacher import huggingface
+    from fairseq_distill.text.teacher_vocabulary import is_model_dir
 
-    if huggingface.is_model_dir(model_dir):  # converted under --work once the work directory is locked
+    if is_model_dir(model_dir):  # converted under --work once the work directory is locked
         return
     if not os.path.isfile(os.path.join(model_dir, "model.bin")):
         raise DistillError(f"--teacher-ctranslate2 {model_dir} is not a CTranslate2 model directory (no model.bin); "

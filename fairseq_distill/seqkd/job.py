@@ -88,10 +88,11 @@ def external_teacher(args: SeqKDJob, src: str, tgt: str, sources):
     from fairseq_distill.seqkd.external import ExternalTeacher, external_shard, raw_training_source
     from fairseq_distill.seqkd.monolingual import describe_source, prepare_source
 
-    from fairseq_distill.teacher import huggingface
+    from fairseq_distill.seqkd.ctranslate2_backend import converted_for_ctranslate2
+    from fairseq_distill.text.teacher_vocabulary import is_model_dir
 
-    if huggingface.is_model_dir(args.teacher_ctranslate2):  # the same directory that teaches every term
-        args.teacher_ctranslate2 = huggingface.converted_for_ctranslate2(args.teacher_ctranslate2, args.work)
+    if is_model_dir(args.teacher_ctranslate2):  # the same directory that teaches every term
+        args.teacher_ctranslate2 = converted_for_ctranslate2(args.teacher_ctranslate2, args.work)
     raw = raw_training_source(args, sources)
     teacher = ExternalTeacher(args)
     mono_info = mono_dir = None
@@ -162,9 +163,9 @@ def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
     """Generate the shards ``args`` asks for and, when all exist, merge them into ``args.out``;
     returns the merge's summary (None after one shard of many)."""
     from fairseq_distill.seqkd.external import check_external_options
-    from fairseq_distill.teacher import huggingface
+    from fairseq_distill.text.teacher_vocabulary import is_model_dir
 
-    if args.teacher and huggingface.is_model_dir(args.teacher):
+    if args.teacher and is_model_dir(args.teacher):
         # a Hugging Face model directory, as fairseq-train takes it: it decodes through CTranslate2
         print(f"[seqkd] --teacher {args.teacher} is a Hugging Face model: decoding it with CTranslate2 "
               f"(as --teacher-ctranslate2 would)")

@@ -44,8 +44,10 @@ import time
 from fairseq_distill.errors import DistillError
 from fairseq_distill.text.binarize import binarize_evaluation, binarize_train, build_dictionary, remove_pieces
 from fairseq_distill.text.segmentation import META_FILE
-from fairseq_distill.text.corpus_steps import Stages, check_split, run_key, segment_split, write_subword_sample
+from fairseq_distill.text.corpus_steps import (Stages, check_split, run_key, segment_split, vocabulary_of,
+                                               write_subword_sample)
 from fairseq_distill.text.files import file_sha256, first_few
+from fairseq_distill.text.teacher_vocabulary import TARGET_SENTENCEPIECE, keep_teacher_pieces
 from fairseq_distill.workdir import check_outputs
 
 # what a rerun compares (besides the inputs), with the option that sets it
@@ -224,70 +226,7 @@ def check_sizes(data_utils, bin_dir, tok_dir, src, tgt, sizes):
 
 
 SUBWORD_FILE = {"sentencepiece": "sentencepiece.model", "subword_nmt": "bpe.codes"}
-# a Marian teacher's target-side sentencepiece model (not named .model: the data-bin's one subword
-# model for the source, which translating needs, stays the only one)
-TARGET_SENTENCEPIECE = "target.spm"
-TEACHER_RECORD = "teacher_vocabulary"  # fairseq_distill.teacher.huggingface.META_KEY
-
-
-def keep_teacher_pieces(dictionary_dir, langs, teacher) -> int:
-    """Drop from the joined dictionary the pieces the teacher's vocabulary lacks (they binarize as
-    <unk>), recording how many and how often in the teacher's record; returns the types kept."""
-    vocab = teacher["vocab"]
-    unknown = occurrences = kept = 0
-    for i, lang in enumerate(langs):
-        path = os.path.join(dictionary_dir, f"dict.{lang}.txt")
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-        keep = []
-        for line in lines:
-            piece, count = line.rsplit(" ", 1)
-            if piece in vocab or piece.startswith("madeupword"):
-                keep.append(line)
-            elif i == 0:
-                unknown, occurrences = unknown + 1, occurrences + int(count)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("".join(line + "\n" for line in keep))
-        kept = sum(1 for line in keep if not line.startswith("madeupword"))  # fairseq's padding symbols
-    teacher["record"].update(unknown_pieces=unknown, unknown_occurrences=occurrences)
-    return kept
-
-
-def vocabulary_of(data_bin, subword_model, src, tgt, codes=None):
-    """``--vocabulary-from DATA_BIN``: its segmentation kind and files (the subword model, each
-    side's dictionary), checked; for a Hugging Face teacher's directory also ``"teacher"``
-    (:func:`fairseq_distill.teacher.huggingface.prepared_vocabulary`); None without it."""
-    from fairseq_distill.teacher import huggingface
-    from fairseq_distill.text.segmentation import find_subword_model
-
-    if data_bin and huggingface.is_model_dir(data_bin):
-        if subword_model:
-            raise DistillError(f"--subword-model goes with --vocabulary-from DATA_BIN; {data_bin} is a Hugging Face "
-                               f"model, segmented by its own tokenizer")
-        teacher = huggingface.prepared_vocabulary(data_bin, src, tgt, codes)
-        source_model, target_model = teacher["models"]
-        return {"bpe": "sentencepiece", "teacher": teacher,
-                "files": {"source_model": source_model, "target_model": target_model,
-                          "config": os.path.join(data_bin, "config.json")}}
-    if codes:
-        raise DistillError("--teacher-languages goes with --vocabulary-from MODEL_DIR, the directory of an M2M100 "
-                           "or NLLB teacher")
-    if subword_model and not data_bin:
-        raise DistillError("--subword-model goes with --vocabulary-from DATA_BIN (the data-bin whose dictionaries "
-                           "the new data take); without it a subword model is learned from the training text")
-    if not data_bin:
-        return None
-    if not os.path.isdir(data_bin):
-        raise DistillError(f"--vocabulary-from {data_bin}: no such directory")
-    files = {f"dict.{lang}.txt": os.path.join(data_bin, f"dict.{lang}.txt") for lang in (src, tgt)}
-    missing = [name for name, path in files.items() if not os.path.isfile(path)]
-    if missing:
-        found = sorted(n for n in os.listdir(data_bin) if n.startswith("dict."))
-        raise DistillError(f"--vocabulary-from {data_bin} has no {missing[0]} (it has {', '.join(found) or 'no dictionary'}): "
-                           f"give the data-bin of these languages, -s {src} -t {tgt}")
-    bpe, subword_model = find_subword_model(data_bin, subword_model,
-                                            f"--vocabulary-from {data_bin} records no subword model and holds", "")
-    return {"bpe": bpe, "files": {"subword_model": subword_model, **files}}
+TEACHER_RECORD = "teacher_vocabulary"  # fairseq_distill.text.teacher_vocabulary.META_KEY
 
 
 def prepare(args):

@@ -226,3 +226,40 @@ class Stages:
         with open(self.path + ".partial", "w", encoding="utf-8") as f:
             json.dump({"key": self.key, "done": self.done}, f, indent=1)
         os.replace(self.path + ".partial", self.path)
+
+
+def vocabulary_of(data_bin, subword_model, src, tgt, codes=None):
+    """``--vocabulary-from DATA_BIN``: its segmentation kind and files (the subword model, each
+    side's dictionary), checked; for a Hugging Face teacher's directory also ``"teacher"``
+    (:func:`fairseq_distill.text.teacher_vocabulary.prepared_vocabulary`); None without it."""
+    from fairseq_distill.text import teacher_vocabulary
+    from fairseq_distill.text.segmentation import find_subword_model
+
+    if data_bin and teacher_vocabulary.is_model_dir(data_bin):
+        if subword_model:
+            raise DistillError(f"--subword-model goes with --vocabulary-from DATA_BIN; {data_bin} is a Hugging Face "
+                               f"model, segmented by its own tokenizer")
+        teacher = teacher_vocabulary.prepared_vocabulary(data_bin, src, tgt, codes)
+        source_model, target_model = teacher["models"]
+        return {"bpe": "sentencepiece", "teacher": teacher,
+                "files": {"source_model": source_model, "target_model": target_model,
+                          "config": os.path.join(data_bin, "config.json")}}
+    if codes:
+        raise DistillError("--teacher-languages goes with --vocabulary-from MODEL_DIR, the directory of an M2M100 "
+                           "or NLLB teacher")
+    if subword_model and not data_bin:
+        raise DistillError("--subword-model goes with --vocabulary-from DATA_BIN (the data-bin whose dictionaries "
+                           "the new data take); without it a subword model is learned from the training text")
+    if not data_bin:
+        return None
+    if not os.path.isdir(data_bin):
+        raise DistillError(f"--vocabulary-from {data_bin}: no such directory")
+    files = {f"dict.{lang}.txt": os.path.join(data_bin, f"dict.{lang}.txt") for lang in (src, tgt)}
+    missing = [name for name, path in files.items() if not os.path.isfile(path)]
+    if missing:
+        found = sorted(n for n in os.listdir(data_bin) if n.startswith("dict."))
+        raise DistillError(f"--vocabulary-from {data_bin} has no {missing[0]} (it has {', '.join(found) or 'no dictionary'}): "
+                           f"give the data-bin of these languages, -s {src} -t {tgt}")
+    bpe, subword_model = find_subword_model(data_bin, subword_model,
+                                            f"--vocabulary-from {data_bin} records no subword model and holds", "")
+    return {"bpe": bpe, "files": {"subword_model": subword_model, **files}}

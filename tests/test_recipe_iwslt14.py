@@ -49,16 +49,17 @@ def test_prepare_and_smoke_run_end_to_end(tmp_path):
     assert meta["bpe"] == "subword_nmt" and meta["sizes"] == {"train": 264, "valid": 12, "test": 14}
     assert "[prepare] done in" in printed
 
-    # every row's command at a dry run; a few rows run, one per data and criterion path: the
-    # teacher cache (word-level KD), the seq-KD data, layer KD and attention KD
+    # every row's command at a dry run; a few rows run, one per data path and one reading the
+    # teacher's states: the teacher cache (word-level KD), the seq-KD data, attention KD (layer KD's
+    # rows read the teacher as A2D's do; their terms' CLI runs are tests/test_layer_kd_cli.py)
     every = commands(bash("run.sh", "--smoke", "--dry-run", "--out", str(out)))
     rows_file = tmp_path / "rows.tsv"
     with open(os.path.join(RECIPE, "rows.tsv"), encoding="utf-8") as f:
-        lines = [line for line in f if line.startswith(("word-kd-3\t", "seq-kd-3\t", "ckd-sc-2\t", "a2d-3-released\t"))]
+        lines = [line for line in f if line.startswith(("word-kd-3\t", "seq-kd-3\t", "a2d-3-released\t"))]
     rows_file.write_text("".join(lines), encoding="utf-8")
     rows = [line.split("\t")[0] for line in lines]
     planned = commands(bash("run.sh", "--smoke", "--dry-run", "--out", str(out), "--rows", str(rows_file)))
-    assert {c for c in planned if "fsd-benchmark-score table" not in c} <= set(every) and len(rows) == 4
+    assert {c for c in planned if "fsd-benchmark-score table" not in c} <= set(every) and len(rows) == 3
     all_rows = [line for line in open(os.path.join(RECIPE, "rows.tsv"), encoding="utf-8")
                 if line.strip() and not line.startswith("#")]
     assert len([c for c in every if c.startswith("+ fairseq-train")]) == 1 + len(all_rows) == 15
@@ -79,7 +80,7 @@ def test_prepare_and_smoke_run_end_to_end(tmp_path):
 
     again = bash("run.sh", "--smoke", "--out", str(out), "--stage", "students", "--rows", str(rows_file))
     assert not any(c.startswith("+ fairseq-train") for c in commands(again))  # finished rows are kept
-    assert "[students] ckd-sc-2 done" in again
+    assert "[students] a2d-3-released done" in again
 
 
 def test_recipe_options_are_checked(tmp_path):

@@ -224,11 +224,11 @@ class HuggingFaceTeacher(nn.Module):
             m = m / m.sum(-1, keepdim=True).clamp_min(torch.finfo(m.dtype).tiny)
         return m
 
-    def outside_mass(self, rows: torch.Tensor, chunk: int = 1024) -> float:
+    def outside_mass(self, rows: torch.Tensor, chunk: int = 128) -> float:
         """The teacher's probability mass on the pieces the student does not keep, summed over
         decoder outputs ``rows`` (N x C): what vocabulary trimming drops. The full-vocabulary
         softmax is taken ``chunk`` rows at a time, so a 256k-piece teacher's N x V logits never
-        exist at once. Pieces no target can be are left out, as :meth:`logits_of` leaves them out."""
+        exist at once (a chunk's are chunk x V floats: 128 MiB at 128 rows and 256k pieces). Pieces no target can be are left out, as :meth:`logits_of` leaves them out."""
         weight = self.model.get_output_embeddings().weight
         bias = getattr(self.model, "final_logits_bias", None)
         target = torch.ones(weight.size(0), dtype=torch.bool, device=weight.device)

@@ -15,7 +15,7 @@ import torch
 from fairseq_distill.deploy.checkpoint import load_training_checkpoint
 from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.evaluation.plotting import pyplot
-from fairseq_distill.features import run_with_features
+from fairseq_distill.features import run_with_features, stack_shape
 
 
 def average_alp_weights(checkpoint, data=None, subset="valid", teacher_path=None, max_tokens=4000):
@@ -62,7 +62,8 @@ def average_alp_weights(checkpoint, data=None, subset="valid", teacher_path=None
                     sums[side][i] = sums[side].get(i, 0) + (alpha * weights).sum(dim=(1, 2))
                     counts[side][i] = counts[side].get(i, 0) + weights.sum()
 
-    teacher_layers = {side: len(getattr(teacher.models[0], side).layers) for side in criterion.sides}
+    # from the teacher's stated layout: a Hugging Face teacher has no fairseq .layers
+    teacher_layers = {side: stack_shape(teacher.models[0])[side][0] for side in criterion.sides}
     matrices = {}
     for side in criterion.sides:
         rows = []

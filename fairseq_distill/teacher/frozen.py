@@ -185,6 +185,9 @@ class TeacherEnsemble:
             for m in self.models:
                 m.eval()  # cheap, and guards against anyone having called .train()
                 # a teacher kind of its own (a Hugging Face model) answers in fairseq's layout itself
-                own = getattr(m, "features", None)
-                outputs.append(own(net_input, request) if own is not None else run_with_features(m, net_input, request))
+                # (a method of its class, never a submodule that happens to be called so)
+                if callable(getattr(type(m), "features", None)):
+                    outputs.append(m.features(net_input, request))
+                else:
+                    outputs.append(run_with_features(m, net_input, request))
         return outputs

@@ -42,7 +42,8 @@ def train_spm(lines, prefix, size):
     with open(prefix + ".txt", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     spm.SentencePieceTrainer.train(input=prefix + ".txt", model_prefix=prefix, vocab_size=size, model_type="unigram",
-                                   character_coverage=1.0, minloglevel=2, num_threads=2)
+                                   character_coverage=1.0, minloglevel=2, num_threads=2,
+                                   hard_vocab_limit=False)  # a side with fewer pieces gets fewer
     os.remove(prefix + ".txt")
     return prefix + ".model"
 

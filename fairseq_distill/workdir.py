@@ -13,12 +13,14 @@ unfinished work beside it. Three rules keep a run from destroying or mixing data
 * :func:`check_free_space`: what a write needs is there before it starts; a full disk
   mid-write ends a memory-mapped write in SIGBUS, with nothing said.
 """
+import contextlib
 import errno
 import json
 import os
 import shutil
 import socket
 import sys
+import tempfile
 import time
 
 from fairseq_distill.errors import DistillError
@@ -191,3 +193,18 @@ def no_space_error(exc: BaseException):
                             f"(or choose another directory) and run the same command again; nothing "
                             f"unfinished is used")
     return None
+
+
+@contextlib.contextmanager
+def directory_made_aside(final: str):
+    """Yields a new directory to write ``final``'s contents in, made beside it (hidden), moved into
+    place whole when the block ends, removed if it fails: a reader never sees half of it."""
+    parent = os.path.dirname(os.path.abspath(final))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".making-", dir=parent)
+    try:
+        yield tmp
+        os.rename(tmp, final)
+    finally:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp)

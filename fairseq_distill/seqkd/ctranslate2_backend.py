@@ -62,6 +62,7 @@ import torch
 
 from fairseq_distill.deploy.ctranslate2_export import convert, model_config, unsupported_reason
 from fairseq_distill.errors import DistillError
+from fairseq_distill.workdir import directory_made_aside
 from fairseq_distill.deploy.translators import DecodingOptions, missing_library_error
 
 CACHE_DIR = "ctranslate2-teacher"
@@ -407,17 +408,16 @@ def converted_for_ctranslate2(path: str, work: str) -> str:
             if json.load(f).get("model_sha256") == digest:
                 print(f"[seqkd] reusing the CTranslate2 conversion of {path}: {final}")
                 return final
-        shutil.rmtree(final)
+    if os.path.isdir(final):
+        shutil.rmtree(final)  # converted from other files (the work directory is locked: no one else's)
     try:
         from ctranslate2.converters import TransformersConverter
     except ImportError as e:
         raise DistillError(f"sequence-level KD from {path} decodes with CTranslate2, which is not installed: "
                            f"{INSTALL}") from e
     require_transformers()
-    os.makedirs(work, exist_ok=True)
     started = time.time()
-    tmp = tempfile.mkdtemp(prefix=".converting-", dir=work)
-    try:
+    with directory_made_aside(final) as tmp:
         files = [os.path.join(path, n) for n in TOKENIZER_FILES if os.path.isfile(os.path.join(path, n))]
         try:
             TransformersConverter(path, copy_files=files).convert(tmp, force=True)
@@ -425,12 +425,5 @@ def converted_for_ctranslate2(path: str, work: str) -> str:
             raise DistillError(f"cannot convert {path} to CTranslate2: {type(e).__name__}: {e}") from e
         with open(os.path.join(tmp, CONVERTED_RECORD), "w", encoding="utf-8") as f:
             json.dump({"model": os.path.abspath(path), "model_sha256": digest}, f, indent=2)
-        os.rename(tmp, final)
-    finally:
-        if os.path.isdir(tmp):
-            shutil.rmtree(tmp)
     print(f"[seqkd] converted {path} to CTranslate2 in {time.time() - started:.0f}s: {final}")
     return final
-
-
-# -- the teacher ----------------------------------------------------------------------------------------

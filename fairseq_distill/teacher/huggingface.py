@@ -12,8 +12,9 @@ term knows which kind of teacher it reads:
   input (fairseq's ``</s>``) becomes the teacher's ``decoder_start_token_id`` (Marian starts
   with ``<pad>``, M2M100 with ``</s>``).
 * padding: fairseq pads the source on the left; Marian's positions count from the first
-  column whatever it holds, so the source is packed to the left for the teacher and every
-  source-side output (states, attention columns) unpacked to the student's layout.
+  column whatever it holds, so its source is packed to the left and every source-side output
+  (states, attention columns) unpacked to the student's layout; M2M100's positions skip padding,
+  as fairseq's do, so its source goes in as the student has it.
 * logits: the teacher's output projection restricted to the student's target symbols (a
   256k-piece NLLB teacher costs a student-vocabulary matmul, never a 256k one), so its
   softmax is the teacher's distribution renormalised over the kept pieces; rows the
@@ -67,6 +68,9 @@ class HuggingFaceTeacher(nn.Module):
         self.model, self.path, self.family = model, path, config["model_type"]
         self.source_pad, self.target_pad, self.target_eos = source_pad, target_pad, target_eos
         self.source_prefix, self.target_prefix = source_prefix, target_prefix
+        # Marian counts positions from the first column whatever it holds; M2M100 skips padding as
+        # fairseq does, so its source stays left-padded and its outputs need no unpacking
+        self.pack_source = self.family == "marian"
         self.teacher_pad = config["pad_token_id"]
         self.decoder_start = config.get("decoder_start_token_id")
         if self.decoder_start is None:
@@ -109,13 +113,17 @@ class HuggingFaceTeacher(nn.Module):
 
     def teacher_inputs(self, src_tokens, prev_output_tokens):
         """(input ids, attention mask, decoder ids, decoder mask, unpack): the teacher's inputs,
-        its source packed to the left behind its language code, and the permutation back."""
+        its source behind its language code (packed to the left where the teacher needs it), and
+        the permutation back (None: the student's layout as it is)."""
         src_pad = src_tokens.eq(self.source_pad)
-        # a stable sort of the padding flags: each row's tokens first, in their order
-        order = torch.sort(src_pad.to(torch.int8), dim=1, stable=True).indices
-        packed = src_tokens.gather(1, order)
-        input_ids = self.source_ids[packed].masked_fill(src_pad.gather(1, order), self.teacher_pad)
-        attention_mask = (~src_pad).gather(1, order).long()
+        order = unpack = None
+        if self.pack_source:
+            # a stable sort of the padding flags: each row's tokens first, in their order
+            order = torch.sort(src_pad.to(torch.int8), dim=1, stable=True).indices
+            unpack = order.argsort(dim=1)
+            src_tokens, src_pad = src_tokens.gather(1, order), src_pad.gather(1, order)
+        input_ids = self.source_ids[src_tokens].masked_fill(src_pad, self.teacher_pad)
+        attention_mask = (~src_pad).long()
         decoder_ids = self.target_ids[prev_output_tokens].masked_fill(
             prev_output_tokens.eq(self.target_pad), self.teacher_pad)
         decoder_mask = prev_output_tokens.ne(self.target_pad).long()
@@ -129,7 +137,7 @@ class HuggingFaceTeacher(nn.Module):
             code = torch.full_like(decoder_ids[:, :1], self.target_prefix)
             decoder_ids = torch.cat([decoder_ids[:, :1], code, decoder_ids[:, 1:]], 1)
             decoder_mask = torch.cat([decoder_mask[:, :1], decoder_mask], 1)
-        return input_ids, attention_mask, decoder_ids, decoder_mask, order.argsort(dim=1)
+        return input_ids, attention_mask, decoder_ids, decoder_mask, unpack
 
     def _source(self, x: torch.Tensor, dim: int, unpack) -> torch.Tensor:
         """Source positions along ``dim`` as the student has them: the code dropped, unpacked."""
@@ -250,7 +258,10 @@ class HuggingFaceTeacher(nn.Module):
 
 def to_student_layout(x: torch.Tensor, unpack: torch.Tensor, dim: int) -> torch.Tensor:
     """``x`` (batch first) with its source positions along ``dim`` put back where the student has
-    them: ``unpack`` (B x S) is the inverse of the packing :meth:`HuggingFaceTeacher.teacher_inputs` did."""
+    them: ``unpack`` (B x S) is the inverse of the packing :meth:`HuggingFaceTeacher.teacher_inputs` did
+    (None: there was none)."""
+    if unpack is None:
+        return x
     shape = [x.size(0)] + [1] * (dim - 1) + [x.size(dim)] + [1] * (x.dim() - dim - 1)
     return x.gather(dim, unpack.view(shape).expand_as(x))
 

@@ -183,6 +183,22 @@ WMT_ARCHIVES=(
 
 # -- run.sh -----------------------------------------------------------------------------------
 
+# ARGS...: one of the options every run.sh takes (--out DIR, --gpus N, --no-fp16, --stage NAME,
+# --dry-run, --smoke, -h), set, with TAKEN the number of words it used; fails for any other
+run_option() {
+  TAKEN=2
+  case "$1" in
+    --out) OUT="$2" ;;
+    --gpus) GPUS="$2" ;;
+    --no-fp16) FP16=0; TAKEN=1 ;;
+    --stage) STAGE="$2" ;;
+    --dry-run) DRY_RUN=1; TAKEN=1 ;;
+    --smoke) SMOKE=1; TAKEN=1 ;;
+    -h|--help) usage; exit 0 ;;
+    *) return 1 ;;
+  esac
+}
+
 # --out DIR, --gpus N, --no-fp16, --stage NAME (one of STAGES), --rows FILE, --dry-run, --smoke
 parse_run_options() {
   OUT="work/$RECIPE"
@@ -194,16 +210,11 @@ parse_run_options() {
   ROWS="$HERE/rows.tsv"
   while [ $# -gt 0 ]; do
     case "$1" in
-      --out) OUT="$2"; shift 2 ;;
-      --gpus) GPUS="$2"; shift 2 ;;
-      --no-fp16) FP16=0; shift ;;
-      --stage) STAGE="$2"; shift 2 ;;
       --rows) ROWS="$2"; shift 2 ;;
-      --dry-run) DRY_RUN=1; shift ;;
-      --smoke) SMOKE=1; shift ;;
-      -h|--help) usage; exit 0 ;;
-      *) echo "run.sh: unknown option '$1'; valid: --out DIR, --gpus N, --no-fp16, --stage NAME, --rows FILE," \
-              "--dry-run, --smoke" >&2; exit 2 ;;
+      *) if run_option "$@"; then shift "$TAKEN"; else
+           echo "run.sh: unknown option '$1'; valid: --out DIR, --gpus N, --no-fp16, --stage NAME, --rows FILE," \
+                "--dry-run, --smoke" >&2; exit 2
+         fi ;;
     esac
   done
   case " $STAGES all " in

@@ -49,15 +49,10 @@ while [ $# -gt 0 ]; do
     --teacher-data) TEACHER_DATA="$2"; shift 2 ;;
     --method) METHOD="$2"; shift 2 ;;
     --student) STUDENT="$2"; shift 2 ;;
-    --out) OUT="$2"; shift 2 ;;
-    --gpus) GPUS="$2"; shift 2 ;;
-    --no-fp16) FP16=0; shift ;;
-    --stage) STAGE="$2"; shift 2 ;;
-    --dry-run) DRY_RUN=1; shift ;;
-    --smoke) SMOKE=1; shift ;;
-    -h|--help) usage; exit 0 ;;
-    *) echo "run.sh: unknown option '$1'; valid: -s, -t, --train, --valid, --test, --mono, --teacher," \
-            "--teacher-data, --method, --student, --out, --gpus, --no-fp16, --stage, --dry-run, --smoke" >&2; exit 2 ;;
+    *) if run_option "$@"; then shift "$TAKEN"; else
+         echo "run.sh: unknown option '$1'; valid: -s, -t, --train, --valid, --test, --mono, --teacher," \
+              "--teacher-data, --method, --student, --out, --gpus, --no-fp16, --stage, --dry-run, --smoke" >&2; exit 2
+       fi ;;
   esac
 done
 for pair in "-s:$SRC" "-t:$TGT" "--train:$TRAIN_PREFIX" "--valid:$VALID_PREFIX"; do

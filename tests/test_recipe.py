@@ -950,3 +950,65 @@ def test_paired_tests_are_kept_per_pair_and_tested_again_only_when_an_input_chan
     monkeypatch.setenv("SACREBLEU_SEED", "none")
     kept.paired_tests(base, [a], refs, keep_dir=keep)
     assert len(asked) == 7 and len(os.listdir(keep)) == 6
+
+
+def test_a_pretrained_teacher_step_runs_nothing_and_is_keyed_by_its_content(tmp_path):
+    """``pretrained: DIR`` (a Hugging Face teacher, configs/hf_teacher.yaml): its step runs no
+    command; the data is prepared in its pieces (--vocabulary-from); seq-KD from it reads the raw
+    training source; training and the cache take the directory as the teacher; and its key, with
+    every key made from it, changes when one of its files does (a retrained teacher is another)."""
+    from hf_models import marian_teacher
+
+    from fairseq_distill.errors import DistillError
+    from bench.runner import records
+    from bench.runner.plan import Plan
+    from bench.runner.results import recipe_markdown
+    from bench.runner.schema import load_checked
+
+    teacher = marian_teacher(str(tmp_path / "marian"))
+    with open(os.path.join(teacher, "teacher.json"), "w") as f:
+        json.dump({"parameters": 12345, "test_bleu": 30.5, "test_chrf": 55.25, "test": "test, beam 4",
+                   "train_seconds": 600.0, "best_epoch": 2, "epochs": [{}, {}, {}]}, f)
+    config = tiny_recipe(tmp_path, "hf", {"student": TINY}, [
+        {"name": "hf", "pretrained": teacher},
+        {"name": "seqkd", "seqkd": {"teacher": "hf", "beam": 2}},
+        {"name": "cache", "cache": {"teacher": "hf", "data": "seqkd", "top-k": 4}},
+        {"name": "student", "model": "student", "data": "seqkd", "teacher": "hf", "criterion": "word_kd"}])
+    cfg = yaml.safe_load(open(config))
+    cfg["data"]["vocabulary_from"] = teacher
+    config.write_text(yaml.safe_dump(cfg))
+    plan = Plan(load_checked(str(config)), str(config), str(tmp_path / "work"))
+    assert plan.commands(plan.by_name["hf"]) == []
+    prepare = plan.prepare_command()
+    assert prepare[prepare.index("--vocabulary-from") + 1] == teacher and "--bpe" not in prepare
+    seqkd = plan.commands(plan.by_name["seqkd"])
+    assert len(seqkd) == 1 and seqkd[0][:3] == ["fsd-seqkd", "--teacher", teacher]
+    assert seqkd[0][seqkd[0].index("--raw-train-source") + 1] == cfg["data"]["train"] + ".de"
+    cache = plan.commands(plan.by_name["cache"])[0]
+    assert cache[cache.index("--teacher") + 1] == teacher
+    train = plan.commands(plan.by_name["student"])[0]
+    assert train[train.index("--teacher-path") + 1] == teacher
+
+    record = records.pretrained_record(plan, plan.by_name["hf"])
+    assert record["kind"] == "pretrained" and record["checkpoint"] == teacher and record["epochs"] == 3
+    assert record["test_bleu"] == 30.5 and len(record["sha256"]) == 64
+    assert records.run_fingerprint(record) == record["sha256"][:12]
+    table = recipe_markdown({"rows": [], "pretrained": [{**record, "name": "hf"}]})
+    assert f"| hf | {teacher} | 0.01M | 3 (2) | 10.0 min | 30.50, 55.25 (test, beam 4) | {record['sha256']} |" in table
+
+    weights = os.path.join(teacher, "model.safetensors")
+    with open(weights, "ab") as f:
+        f.write(b"\0")
+    again = Plan(load_checked(str(config)), str(config), str(tmp_path / "work"))
+    assert all(again.keys[name] != plan.keys[name] for name in plan.keys)
+    assert again.data_key != plan.data_key
+
+    cfg["steps"][0]["model"] = "student"
+    config.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(DistillError, match="step 'hf': a pretrained step names a model directory and nothing "
+                                           "else; it also has model"):
+        load_checked(str(config))
+    cfg["steps"][0] = {"name": "hf", "pretrained": str(tmp_path / "missing")}
+    config.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(DistillError, match="the pretrained model .*missing is not a directory here"):
+        Plan(load_checked(str(config)), str(config), str(tmp_path / "work"))

@@ -248,7 +248,11 @@ class Runner:
         log_path = os.path.join(stepdir, LOG_NAME)
         started = time.time()
         kind = next((k for k in TEACHER_OUTPUTS if k in step), None)
-        if kind:
+        if "pretrained" in step:
+            commands = []
+            record = records.pretrained_record(plan, step)
+            self.say(f"{label}: the pretrained model {step['pretrained']} (SHA-256 {record['sha256'][:12]}…)")
+        elif kind:
             what, make_record, summary = TEACHER_OUTPUTS[kind]
             commands = plan.commands(step)
             self.say(f"{label}: {what} (log: {log_path})")

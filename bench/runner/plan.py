@@ -1,6 +1,11 @@
 """What a recipe runs, worked out without running anything: each step's cache key, its
 directory, where it leaves its files, and its command lines.
 
+A ``pretrained`` step names a model made elsewhere (a Hugging Face model directory, relative to
+the repository): it runs nothing, and its key holds the SHA-256 of the directory's files, so a
+retrained teacher is another step. ``data: {vocabulary_from: DIR}`` prepares the corpus in that
+teacher's pieces (``fsd-prepare-corpus --vocabulary-from``).
+
 A step's directory is named after a hash of everything that determines its result (its
 own settings and those of the steps it depends on), so a finished step is recognised and
 an interrupted one resumes in the same place. The command lines are argv lists of the
@@ -16,6 +21,7 @@ from typing import Dict, List, Optional
 import torch
 
 from fairseq_distill.errors import DistillError
+from fairseq_distill.text.files import file_sha256
 
 from .config import dependencies, evaluated_checkpoint, evaluation_settings, recipe_name
 
@@ -64,7 +70,10 @@ class Plan:
         self.steps = cfg["steps"]
         self.by_name = {s["name"]: s for s in self.steps}
         self.evaluated_checkpoint = evaluated_checkpoint(cfg, path)
-        self.data_key = digest(cfg["data"])
+        self.model_digests: Dict[str, str] = {}  # a pretrained model's directory -> its SHA-256
+        data = cfg["data"]
+        self.data_key = digest({**data, "vocabulary_sha256": self.model_digest(data["vocabulary_from"])}
+                               if data.get("vocabulary_from") else data)
         self.data_dir = os.path.join(self.workdir, "data", f"{cfg['data'].get('corpus', 'corpus')}-{self.data_key}")
         self.data_bin = os.path.join(self.data_dir, "bin")
         self.keys: Dict[str, str] = {}
@@ -73,14 +82,30 @@ class Plan:
 
     # -- keys and places ----------------------------------------------------------------
 
+    def model_path(self, given: str) -> str:
+        """A pretrained model directory as a recipe names it (relative to the repository), checked."""
+        path = given if os.path.isabs(given) else os.path.join(REPO, given)
+        if not os.path.isdir(path):
+            raise DistillError(f"{self.path}: the pretrained model {given} is not a directory here; give a "
+                               f"Hugging Face model directory (bench/hf_teacher.py makes one)")
+        return path
+
+    def model_digest(self, given: str) -> str:
+        path = self.model_path(given)
+        if path not in self.model_digests:
+            self.model_digests[path] = file_sha256(path)
+        return self.model_digests[path]
+
     def step_key(self, step) -> str:
         deps = [self.keys[d] for d in dependencies(step)]
         model = self.cfg.get("models", {}).get(step.get("model"), {})
         # which checkpoint is evaluated does not change the run: a finished run is re-evaluated
         # when it changes, not retrained
         evaluation = {k: v for k, v in self.cfg.get("eval", {}).items() if k != "checkpoint"}
-        return digest([self.data_key, self.cfg.get("seed", 1), self.cfg.get("train", {}),
-                       evaluation, model, step, deps])
+        parts = [self.data_key, self.cfg.get("seed", 1), self.cfg.get("train", {}), evaluation, model, step, deps]
+        if "pretrained" in step:  # the model's content, wherever it lies
+            parts.append(self.model_digest(step["pretrained"]))
+        return digest(parts)
 
     def step_dir(self, step) -> str:
         return os.path.join(self.workdir, "runs", f"{step['name']}-{self.keys[step['name']]}")
@@ -88,6 +113,8 @@ class Plan:
     def planned_record(self, step) -> dict:
         """Where a step leaves what later steps use, known before it runs."""
         stepdir = self.step_dir(step)
+        if "pretrained" in step:
+            return {"kind": "pretrained", "checkpoint": self.model_path(step["pretrained"])}
         if "seqkd" in step:
             return {"kind": "seqkd", "data_bin": os.path.join(stepdir, "bin")}
         if "cache" in step:
@@ -151,9 +178,16 @@ class Plan:
     def prepare_command(self) -> List[str]:
         src, tgt, train, valid, tests = self.data_source()
         data = self.cfg["data"]
+        segmentation = (["--vocabulary-from", self.model_path(data["vocabulary_from"])] if data.get("vocabulary_from")
+                        else ["--bpe", data.get("bpe", "sentencepiece"), "--vocab-size", str(data.get("vocab_size", 8000))])
         return ["fsd-prepare-corpus", "-s", src, "-t", tgt, "--train-prefix", train, "--valid-prefix", valid,
-                "--test-prefix", *tests, "--out", self.data_dir, "--bpe", data.get("bpe", "sentencepiece"),
-                "--vocab-size", str(data.get("vocab_size", 8000))]
+                "--test-prefix", *tests, "--out", self.data_dir, *segmentation]
+
+    def raw_train_source(self) -> str:
+        """The corpus's raw training source file (``PREFIX.SRC``, or ``PREFIX.SRC.gz``)."""
+        src, _, train = self.data_source()[:3]
+        plain = f"{train}.{src}"
+        return plain if os.path.isfile(plain) or not os.path.isfile(plain + ".gz") else plain + ".gz"
 
     def train_options(self, step, save_dir=None) -> dict:
         """The fairseq-train flags of a training step (recipe defaults, model, step, criterion)."""
@@ -217,9 +251,18 @@ class Plan:
         exported with fsd-export-ctranslate2 and then taught as a pretrained model would
         (``--teacher-ctranslate2``: raw text in, text out), as issue 35's measurement needs."""
         opts = dict(step["seqkd"])
-        teacher = self.output_of(opts.pop("teacher"), "checkpoint")
+        teacher_step = self.by_name[opts.pop("teacher")]
+        teacher = self.output_of(teacher_step["name"], "checkpoint")
         stepdir = self.step_dir(step)
         where = ["--data", self.data_bin, "--out", os.path.join(stepdir, "bin"), "--work", os.path.join(stepdir, "work")]
+        if "pretrained" in teacher_step:
+            # a pretrained teacher reads the raw text through its own tokenizer: the pieces its
+            # vocabulary has and the data-bin's dictionary lacks are <unk> in the binarized source
+            if opts.pop("external", False):
+                raise DistillError(f"{self.path}: step '{step['name']}': external: true exports a trained "
+                                   f"teacher first; the pretrained {teacher_step['name']} is taught as it is")
+            where += ["--raw-train-source", self.raw_train_source()]
+            return [["fsd-seqkd", "--teacher", teacher, *where, *flags(opts)]]
         if not opts.pop("external", False):
             return [["fsd-seqkd", "--teacher", teacher, *where, *flags(opts)]]
         exported = os.path.join(stepdir, "teacher-ctranslate2")
@@ -238,6 +281,8 @@ class Plan:
         """What a step runs, as argv lists of the installed tools. A training run resumed
         from its own checkpoint_last.pt (``first_launch=False``) neither extracts its
         starting point again nor restarts from it."""
+        if "pretrained" in step:
+            return []
         if "seqkd" in step:
             return self.seqkd_commands(step)
         if "cache" in step:

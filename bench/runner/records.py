@@ -131,6 +131,24 @@ def cache_record(plan: Plan, step, wall_seconds: float) -> dict:
             "tokens_per_second": round(meta["tokens"] / max(meta["build_seconds"], 1e-9), 1), "cpu": cpu_model()}
 
 
+# what a pretrained model's own record of its making (``teacher.json``, as bench/hf_teacher.py
+# writes it) adds to its step's record
+PRETRAINED_FIELDS = ("what", "parameters", "train_pairs", "best_epoch", "train_seconds", "test_bleu", "test_chrf",
+                     "test", "model_safetensors_sha256", "model_safetensors_bytes")
+
+
+def pretrained_record(plan: Plan, step) -> dict:
+    """A pretrained model: where it is, its content's SHA-256, and what its ``teacher.json`` says."""
+    path = plan.planned_record(step)["checkpoint"]
+    about = {}
+    if os.path.isfile(os.path.join(path, "teacher.json")):
+        with open(os.path.join(path, "teacher.json"), encoding="utf-8") as f:
+            made = json.load(f)
+        about = {k: made[k] for k in PRETRAINED_FIELDS if k in made}
+        about["epochs"] = len(made.get("epochs", []))
+    return {"kind": "pretrained", "checkpoint": path, "sha256": plan.model_digest(step["pretrained"]), **about}
+
+
 def evaluated_updates(plan: Plan, step) -> int:
     """The update count of the checkpoint the recipe evaluates."""
     state = torch.load(plan.evaluated_checkpoint_path(step), map_location="cpu", weights_only=False)
@@ -146,6 +164,8 @@ def run_fingerprint(record) -> str:
     """A short hash of what a finished step produced (its decoding checkpoint, its seq-KD
     training data, or a teacher cache's meta.json, which names the teacher by content hash):
     two runs of the same step with different results differ in it."""
+    if record["kind"] == "pretrained":
+        return record["sha256"][:12]
     if record["kind"] == "train":
         paths = [record["checkpoint"]]
     elif record["kind"] == "cache":

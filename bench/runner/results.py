@@ -181,6 +181,8 @@ def write_results(results_dir, name, config_path, evaluated_checkpoint, steps, d
             "rows": results_rows(steps, done),
             **({"significance": tested} if tested else {}),
             **({"seeds": seeded} if seeded else {}),
+            "pretrained": [{k: v for k, v in r.items() if k not in RECORD_ONLY}
+                           for r in done.values() if r["kind"] == "pretrained"],
             "seqkd": [{k: v for k, v in r.items() if k not in RECORD_ONLY}
                       for r in done.values() if r["kind"] == "seqkd"],
             "caches": [{k: v for k, v in r.items() if k not in RECORD_ONLY}
@@ -275,18 +277,37 @@ def recipe_caption(meta, evaluated_checkpoint: str) -> str:
 
 def recorded_runs(meta) -> Dict[str, str]:
     """Step name -> run fingerprint of every finished step a results file records."""
-    return {r["name"]: r.get("run") for r in meta["rows"] + meta.get("seqkd", []) + meta.get("caches", [])}
+    return {r["name"]: r.get("run") for r in meta["rows"] + meta.get("pretrained", []) + meta.get("seqkd", [])
+            + meta.get("caches", [])}
 
 
 def recipe_markdown(meta) -> str:
     """What ``<recipe>.md`` holds below its caption, rendered from its results JSON alone: the
     rows, one paired-test table per compared baseline, then the seq-KD data and teacher caches."""
     text = results_markdown(meta["rows"], recorded_runs(meta), meta.get("significance", []), meta.get("seeds")) + "\n"
+    if meta.get("pretrained"):
+        text += "\n" + pretrained_table(meta["pretrained"]) + "\n"
     if meta.get("seqkd"):
         text += "\n" + seqkd_table(meta["seqkd"]) + "\n"
     if meta.get("caches"):
         text += "\n" + cache_table(meta["caches"]) + "\n"
     return text
+
+
+def pretrained_table(models) -> str:
+    """The pretrained teachers: where each is, its content's SHA-256, and its own test score as
+    the record of its making states it (decoded by its own library, not by fsd-evaluate)."""
+    lines = ["Pretrained teachers (made outside the recipe; each named by the SHA-256 of its directory's files):", "",
+             "| teacher | directory | params | epochs (best) | train time | its test BLEU, chrF | SHA-256 |",
+             "|---|---|---|---|---|---|---|"]
+    for m in models:
+        score = (f"{m['test_bleu']:.2f}, {m['test_chrf']:.2f} ({m.get('test', 'test')})"
+                 if m.get("test_bleu") is not None else "-")
+        epochs = f"{m['epochs']} ({m.get('best_epoch', '-')})" if m.get("epochs") else "-"
+        train = f"{m['train_seconds'] / 60:.1f} min" if m.get("train_seconds") else "-"
+        params = f"{m['parameters'] / 1e6:.2f}M" if m.get("parameters") else "-"
+        lines.append(f"| {m['name']} | {m['checkpoint']} | {params} | {epochs} | {train} | {score} | {m['sha256']} |")
+    return "\n".join(lines)
 
 
 def seqkd_table(datasets) -> str:

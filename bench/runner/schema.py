@@ -18,10 +18,10 @@ from .plan import flags
 
 RECIPE_KEYS = ("name", "seed", "data", "train", "models", "eval", "compare", "steps")
 STEP_KEYS = ("name", "model", "teacher", "criterion", "criterion-args", "train", "data", "seqkd", "cache",
-             "teacher-cache", "init", "continue", "finetune", "seeds")
+             "teacher-cache", "init", "continue", "finetune", "seeds", "pretrained")
 # what expand_seeds adds to the copies of a step it makes: their seed and the step they repeat
 SEED_KEYS = ("seed", "seed_of")
-DATA_KEYS = ("corpus", "bpe", "vocab_size", "source", "target", "train", "valid", "test")
+DATA_KEYS = ("corpus", "bpe", "vocab_size", "source", "target", "train", "valid", "test", "vocabulary_from")
 EVAL_KEYS = ("beam", "batch-size", "lenpen", "checkpoint")
 # the step keys that name another step, as dependencies() reads them
 STEP_REFERENCES = (("teacher",), ("data",), ("seqkd", "teacher"), ("init", "from"), ("continue",), ("finetune",),
@@ -56,6 +56,9 @@ def check_recipe(cfg: dict, path: str) -> List[dict]:
         if not step.get("name"):
             raise DistillError(f"{path}: a step has no name: {step}")
         check_keys({k: v for k, v in step.items() if k not in SEED_KEYS}, STEP_KEYS, path, f"step '{step['name']}'")
+        if "pretrained" in step and set(step) - {"name", "pretrained"}:
+            raise DistillError(f"{path}: step '{step['name']}': a pretrained step names a model directory and "
+                               f"nothing else; it also has {', '.join(sorted(set(step) - {'name', 'pretrained'}))}")
         model = step.get("model")
         if model is not None and model not in models:
             raise DistillError(f"{path}: step '{step['name']}': model '{model}' is not in models: "

@@ -983,7 +983,7 @@ def test_a_pretrained_teacher_step_runs_nothing_and_is_keyed_by_its_content(tmp_
     assert prepare[prepare.index("--vocabulary-from") + 1] == teacher and "--bpe" not in prepare
     seqkd = plan.commands(plan.by_name["seqkd"])
     assert len(seqkd) == 1 and seqkd[0][:3] == ["fsd-seqkd", "--teacher", teacher]
-    assert seqkd[0][seqkd[0].index("--raw-train-source") + 1] == cfg["data"]["train"] + ".de"
+    assert seqkd[0][seqkd[0].index("--raw-train-source") + 1] == os.path.join(plan.data_dir, "raw", "train.de")
     cache = plan.commands(plan.by_name["cache"])[0]
     assert cache[cache.index("--teacher") + 1] == teacher
     train = plan.commands(plan.by_name["student"])[0]

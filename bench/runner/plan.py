@@ -184,10 +184,8 @@ class Plan:
                 "--test-prefix", *tests, "--out", self.data_dir, *segmentation]
 
     def raw_train_source(self) -> str:
-        """The corpus's raw training source file (``PREFIX.SRC``, or ``PREFIX.SRC.gz``)."""
-        src, _, train = self.data_source()[:3]
-        plain = f"{train}.{src}"
-        return plain if os.path.isfile(plain) or not os.path.isfile(plain + ".gz") else plain + ".gz"
+        """The training source as fsd-prepare-corpus kept it (cleaned, before segmentation)."""
+        return os.path.join(self.data_dir, "raw", f"train.{self.data_source()[0]}")
 
     def train_options(self, step, save_dir=None) -> dict:
         """The fairseq-train flags of a training step (recipe defaults, model, step, criterion)."""

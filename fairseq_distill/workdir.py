@@ -12,6 +12,10 @@ unfinished work beside it. Three rules keep a run from destroying or mixing data
   machine restarted) is taken over, with a line saying so.
 * :func:`check_free_space`: what a write needs is there before it starts; a full disk
   mid-write ends a memory-mapped write in SIGBUS, with nothing said.
+
+A tool that writes files (a record and what goes with it: a table, a plot) checks with
+:func:`check_earlier_output` that what is there may be replaced (its own earlier output; never
+another file) and writes them with :func:`files_written_aside`, moved into place once complete.
 """
 import contextlib
 import errno
@@ -22,6 +26,7 @@ import socket
 import sys
 import tempfile
 import time
+from typing import Callable, Optional, Sequence
 
 from fairseq_distill.errors import DistillError
 
@@ -208,3 +213,74 @@ def directory_made_aside(final: str):
     finally:
         if os.path.isdir(tmp):
             shutil.rmtree(tmp)
+
+
+def read_json_record(path: str):
+    """The JSON object in ``path``, or None where it holds no JSON object (another file)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def check_earlier_output(option: str, value: str, files: Sequence[str], tool: str, what: str,
+                         is_own: Callable[[dict], bool], differs: Optional[Callable[[dict], Optional[str]]] = None,
+                         force: bool = False):
+    """May the tool write ``files`` (the output given as ``option value``; the first of them its
+    record, the JSON that says what the output is)? Yes where none of them exists. Where the record
+    exists and ``is_own`` recognises it as this tool's ``what``: replaced when ``differs`` (given the
+    record) returns None, the same inputs (a rerun), else only with ``force``, the refusal saying
+    what differs. Anything else is never replaced, even with ``force``: a record this tool did not
+    write, or another of ``files`` without the record. Called before anything is written."""
+    record_path, others = files[0], files[1:]
+    for path in files:
+        if os.path.isdir(path):
+            raise DistillError(f"{option} {value}: {path} is a folder; give {option} a file's path")
+    if not os.path.exists(record_path):
+        found = [p for p in others if os.path.exists(p)]
+        if found:
+            raise DistillError(f"{option} {value}: {found[0]} exists but {record_path} does not, so it is not "
+                               f"{what} of {tool} and would be lost: it is not replaced, even with --force; give "
+                               f"another {option} (or move that file)")
+        return
+    record = read_json_record(record_path)
+    if record is None or not is_own(record):
+        raise DistillError(f"{option} {value}: {record_path} exists and is not {what} of {tool}: it would be lost, "
+                           f"so it is not replaced, even with --force; give another {option} (or move that file)")
+    why = differs(record) if differs else None
+    if why and not force:
+        raise DistillError(f"{option} {value}: {record_path} is {what} of {why}: pass --force to replace it, "
+                           f"or give another {option}")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def files_written_aside(*finals: str):
+    """Yields one path per file of ``finals``, beside it (hidden, with its extension: a writer that
+    picks the format by the name, as matplotlib does, keeps it), for the block to write. When the
+    block ends they are moved into place in the order given (put the output's record last); if it
+    fails they are removed: a run that fails leaves the earlier files as they were."""
+    temps = []
+    try:
+        for final in finals:
+            folder, name = os.path.split(os.path.abspath(final))
+            os.makedirs(folder, exist_ok=True)
+            root, ext = os.path.splitext(name)
+            fd, tmp = tempfile.mkstemp(prefix=f".{root}.partial-", suffix=ext, dir=folder)
+            os.close(fd)
+            os.chmod(tmp, 0o666 & ~_umask())  # as an ordinary new file, not mkstemp's 0600
+            temps.append(tmp)
+        yield temps
+        for tmp, final in zip(temps, finals):
+            os.replace(tmp, final)
+    finally:
+        for tmp in temps:
+            if os.path.exists(tmp):
+                os.remove(tmp)

@@ -143,7 +143,8 @@ def test_results_table_prints_each_shape_as_given(tmp_path):
 
     rows = tmp_path / "rows.tsv"
     rows.write_text("desdar\t48+1\toriginal\tlabel_smoothed_cross_entropy\t-\t8\t30.01\n", encoding="utf-8")
-    write_table("wmt16_en_de", str(rows), "30.03", str(tmp_path), str(tmp_path / "results.md"), "48+6", "8")
+    (tmp_path / "eval").mkdir()  # the scores the table reads; it writes outside them
+    write_table("wmt16_en_de", str(rows), "30.03", str(tmp_path / "eval"), str(tmp_path / "results.md"), "48+6", "8")
     text = (tmp_path / "results.md").read_text(encoding="utf-8")
     assert "| teacher | 48+6 | 8 | original |" in text and "| desdar | 48+1 | 8 | original |" in text
 

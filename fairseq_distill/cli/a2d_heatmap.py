@@ -5,17 +5,15 @@
 Reads the criterion state of an ``a2d`` training checkpoint (no data, no teacher needed)
 and draws, per attention type, the AAM weight matrix: one row per teacher head, one column
 per student head, both labelled layer.head, with lines between layers. Writes the PNG and
-the matrices as JSON next to it.
+the matrices as JSON next to it (``STEM.json``), both moved into place once complete; they may
+replace an earlier heat map of this tool, never another file nor the checkpoint.
 """
-import json
-import os
-
 from fairseq_distill.deploy.checkpoint import load_training_checkpoint
 from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.terms.registry import upgrade_criterion_keys
 from fairseq_distill.errors import DistillError
 from fairseq_distill.features import ATTENTION_TYPES
-from fairseq_distill.evaluation.plotting import pyplot
+from fairseq_distill.evaluation.plotting import check_heatmap_outputs, pyplot, write_heatmap
 
 
 def alignment_matrices(checkpoint: str) -> dict:
@@ -63,7 +61,16 @@ def plot(matrices: dict, out_png: str):
         ax.set_title(f"A2D alignment: {kind.replace('_', ' ')}")
         fig.colorbar(image, ax=ax, fraction=0.046)
     fig.tight_layout()
-    fig.savefig(out_png, dpi=120)
+    try:
+        fig.savefig(out_png, dpi=120)
+    finally:
+        plt.close(fig)
+
+
+def is_a2d_heatmap(record: dict) -> bool:
+    """The JSON this tool writes: per attention type, its alignment module's weights and layouts."""
+    return bool(record) and all(kind in ATTENTION_TYPES and isinstance(m, dict)
+                                and {"weight", "bias", "student", "teacher"} <= set(m) for kind, m in record.items())
 
 
 def main(argv=None):
@@ -73,14 +80,14 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     def body():
+        record, replaced = check_heatmap_outputs(args.out, [("CHECKPOINT", args.checkpoint)], "fsd-a2d-heatmap",
+                                                 is_a2d_heatmap)
         matrices = alignment_matrices(args.checkpoint)
-        plot(matrices, args.out)
-        with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-            json.dump(matrices, f, indent=2)
+        write_heatmap(args.out, record, matrices, plot)
         for kind, m in matrices.items():
             print(f"[a2d] {kind}: {m['student'][0]}x{m['student'][1]} student heads -> "
                   f"{m['teacher'][0]}x{m['teacher'][1]} teacher heads")
-        print(f"[a2d] wrote {args.out}")
+        print(f"[a2d] wrote {args.out} and {record}" + (f"; replaced the earlier heat map {args.out}" if replaced else ""))
 
     run_cli("a2d_heatmap", body)
 

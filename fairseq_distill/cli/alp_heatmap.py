@@ -5,24 +5,24 @@
 Loads a *training* checkpoint of an ``alp_kd`` run (student, criterion state and the
 stored teacher path), runs student and teacher over a data set, and averages the
 attention weights α over all non-padding positions (or sentences). Writes a PNG (student
-layer × teacher layer, one panel per side) and the matrix as JSON next to it.
+layer × teacher layer, one panel per side) and the matrix as JSON next to it (``STEM.json``),
+both moved into place once complete; they may replace an earlier heat map of this tool, never
+another file, nor the checkpoint, its data or its teacher.
 """
-import json
-import os
-
 import torch
 
 from fairseq_distill.deploy.checkpoint import load_training_checkpoint
 from fairseq_distill.cli.common import cli_parser, run_cli
-from fairseq_distill.evaluation.plotting import pyplot
+from fairseq_distill.evaluation.plotting import check_heatmap_outputs, pyplot, write_heatmap
 from fairseq_distill.features import run_with_features, stack_shape
 
 
-def average_alp_weights(checkpoint, data=None, subset="valid", teacher_path=None, max_tokens=4000):
+def average_alp_weights(checkpoint, data=None, subset="valid", teacher_path=None, max_tokens=4000, state=None):
+    """``state``: the checkpoint already loaded (:func:`load_training_checkpoint`)."""
     from fairseq import tasks
     from omegaconf import open_dict
 
-    state = load_training_checkpoint(checkpoint, "alp_kd")
+    state = state or load_training_checkpoint(checkpoint, "alp_kd")
     cfg = state["cfg"]
     with open_dict(cfg):
         if data:
@@ -98,7 +98,29 @@ def plot(matrices, out_png):
                 ax.text(x, y, f"{v:.2f}", ha="center", va="center", color="w" if v < 0.6 else "k", fontsize=8)
         fig.colorbar(image, ax=ax)
     fig.tight_layout()
-    fig.savefig(out_png, dpi=120)
+    try:
+        fig.savefig(out_png, dpi=120)
+    finally:
+        plt.close(fig)
+
+
+def is_alp_heatmap(record: dict) -> bool:
+    """The JSON this tool writes: per side, each student layer's weights over the teacher's layers."""
+    return bool(record) and all(side in ("encoder", "decoder") and isinstance(rows, list)
+                                and all(isinstance(r, dict) and {"student_layer", "weights"} <= set(r) for r in rows)
+                                for side, rows in record.items())
+
+
+def heatmap_inputs(args, state) -> list:
+    """What the heat map is made from: the checkpoint, the data and the teacher (given, or those
+    the checkpoint names)."""
+    task = state["cfg"]["task"]
+    inputs = [("CHECKPOINT", args.checkpoint)]
+    for option, given, stored, name in (("--data", args.data, task.get("data"), "the checkpoint's data"),
+                                        ("--teacher-path", args.teacher_path, task.get("teacher_path"),
+                                         "the checkpoint's teacher")):
+        inputs += [(option if given else name, path) for path in str(given or stored or "").split(":") if path]
+    return inputs
 
 
 def main(argv=None):
@@ -111,15 +133,16 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     def body():
-        matrices = average_alp_weights(args.checkpoint, args.data, args.subset, args.teacher_path)
-        plot(matrices, args.out)
-        with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-            json.dump(matrices, f, indent=2)
+        state = load_training_checkpoint(args.checkpoint, "alp_kd")
+        record, replaced = check_heatmap_outputs(args.out, heatmap_inputs(args, state), "fsd-alp-heatmap",
+                                                 is_alp_heatmap)
+        matrices = average_alp_weights(args.checkpoint, args.data, args.subset, args.teacher_path, state=state)
+        write_heatmap(args.out, record, matrices, plot)
         for side, rows in matrices.items():
             for r in rows:
                 print(f"[alp] {side} student layer {r['student_layer']}: " +
                       " ".join(f"{w:.2f}" for w in r["weights"][1:]))
-        print(f"[alp] wrote {args.out}")
+        print(f"[alp] wrote {args.out} and {record}" + (f"; replaced the earlier heat map {args.out}" if replaced else ""))
 
     run_cli("alp_heatmap", body)
 

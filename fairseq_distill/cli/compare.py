@@ -11,8 +11,8 @@ import json
 
 from fairseq_distill.cli.common import cli_parser, run_cli
 from fairseq_distill.errors import DistillError
-from fairseq_distill.workdir import check_outputs
-from fairseq_distill.evaluation.scoring import TESTS, markdown, paired_significance
+from fairseq_distill.workdir import check_earlier_output, check_outputs, files_written_aside
+from fairseq_distill.evaluation.scoring import TESTS, is_comparison, markdown, paired_significance
 from fairseq_distill.text.files import read_lines
 
 
@@ -32,7 +32,7 @@ def build_parser():
     p.add_argument("--test", choices=TESTS, default="bootstrap")
     p.add_argument("--samples", type=int, default=0,
                    help="resamples / trials (default: sacreBLEU's, 1000 bootstrap, 10000 randomisation)")
-    p.add_argument("--json", help="also write the comparison here")
+    p.add_argument("--json", help="also write the comparison here (new, or an earlier comparison of fsd-compare)")
     return p
 
 
@@ -44,13 +44,16 @@ def main(argv=None):
             raise DistillError(f"--samples must be >= 0, got {args.samples}")
         check_outputs([("--json", args.json)], [("--references", args.references), ("--baseline", args.baseline[1])]
                       + [("--system", path) for _, path in args.system])
+        if args.json:  # an earlier comparison is replaced, another file never
+            check_earlier_output("--json", args.json, [args.json], "fsd-compare", "the comparison", is_comparison)
         refs = read_lines(args.references, what="references", offers_replace=False)
         baseline = (args.baseline[0], read_lines(args.baseline[1], what=f"baseline {args.baseline[0]}", offers_replace=False))
         systems = [(name, read_lines(path, what=f"system {name}", offers_replace=False)) for name, path in args.system]
         comparison = paired_significance(baseline, systems, refs, args.test, args.samples)
         if args.json:
-            with open(args.json, "w", encoding="utf-8") as f:
-                json.dump(comparison, f, indent=2)
+            with files_written_aside(args.json) as (tmp,):
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump(comparison, f, indent=2)
         print("\n".join(markdown(comparison)))
 
     run_cli("compare", body)

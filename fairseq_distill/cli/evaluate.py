@@ -15,25 +15,27 @@ With ``--ctranslate2``, the raw test source is translated by the fairseq checkpo
 each CTranslate2 export of it through the same code (segmentation, length-sorted batches,
 beam, length limits), one after the other in this process, and one table compares BLEU,
 speed and model file size (``--out`` saves it as JSON).
-"""
-import json
 
+Outputs are never inputs (the checkpoint, the data, the exports), and an existing ``--out`` is
+replaced only where it is this tool's earlier record of the same kind; files are written aside
+and moved into place once complete.
+"""
 from fairseq_distill.cli.common import cli_parser, run_cli
-from fairseq_distill.evaluation.evaluate import backends_table, evaluate, evaluate_backends
+from fairseq_distill.evaluation.evaluate import (backends_table, check_backends_out, evaluate, evaluate_backends,
+                                                 write_backends)
 
 
 def compare_backends(args):
     from fairseq_distill.deploy.translators import DecodingOptions
 
+    if args.out:
+        check_backends_out(args.out, args.checkpoint, args.data_bin, args.ctranslate2)
     rows = evaluate_backends(args.checkpoint, args.data_bin, args.ctranslate2, args.subset,
                              DecodingOptions(args.beam, args.lenpen, args.max_len_a, args.max_len_b),
                              args.batch_size, args.repeats)
     print(backends_table(rows))
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump({"checkpoint": args.checkpoint, "subset": args.subset, "beam": args.beam,
-                       "batch_size": args.batch_size,
-                       "rows": [{k: v for k, v in r.items() if k != "outputs"} for r in rows]}, f, indent=2)
+        write_backends(args.out, rows, args.checkpoint, args.subset, args.beam, args.batch_size)
 
 
 def evaluate_one(args, extra):

@@ -98,13 +98,24 @@ def markdown(table: dict) -> str:
 
 def write_table(corpus: str, rows_path: str, teacher_paper_bleu: Optional[str], eval_dir: str, out: str,
                 teacher_layers: str = "6", teacher_heads: str = "4", runs_dir: Optional[str] = None) -> dict:
+    from fairseq_distill.workdir import check_earlier_output, check_outputs, files_written_aside
+
+    record = os.path.splitext(out)[0] + ".json"
+    if os.path.abspath(record) == os.path.abspath(out):
+        raise DistillError(f"--out {out}: the table's JSON goes beside it as {record}, the same file; give the "
+                           f"Markdown file's path, e.g. --out {os.path.splitext(out)[0]}.md")
+    check_outputs([("--out", out), ("--out: its JSON", record)],
+                  [("--rows", rows_path), ("--eval", eval_dir), ("--runs", runs_dir)])
+    # a table is made again from what --eval holds: an earlier table (of any rows) is replaced
+    check_earlier_output("--out", out, [record, out], "fsd-benchmark-score table", "the results table",
+                         lambda earlier: isinstance(earlier.get("corpus"), str) and isinstance(earlier.get("rows"), list))
     table = results_table(corpus, read_rows(rows_path), teacher_paper_bleu, eval_dir, teacher_layers, teacher_heads,
                           runs_dir)
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w", encoding="utf-8") as f:
-        f.write(markdown(table))
-    with open(os.path.splitext(out)[0] + ".json", "w", encoding="utf-8") as f:
-        json.dump(table, f, indent=2)
+    with files_written_aside(out, record) as (md_tmp, json_tmp):
+        with open(md_tmp, "w", encoding="utf-8") as f:
+            f.write(markdown(table))
+        with open(json_tmp, "w", encoding="utf-8") as f:
+            json.dump(table, f, indent=2)
     done = sum(1 for r in table["rows"] if r["measured"])
     left = "".join(f"; {what}: {', '.join(table[key])}" for key, what in (
         ("unfinished", "not finished"), ("scored_before_training_finished", "scored before their training finished"))

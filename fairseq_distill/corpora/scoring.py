@@ -92,3 +92,47 @@ def recipe_scores(corpus: str, text_dir: str, hypotheses_path: str) -> Dict[str,
         "chrf_signature": str(chrf.get_signature()),
         "sentences": len(hyps),
     }
+
+
+def is_scores(record: dict) -> bool:
+    """A JSON record ``fsd-benchmark-score score`` wrote."""
+    return all(k in record for k in ("paper_bleu", "sacrebleu", "chrf", "evaluation"))
+
+
+def read_evaluation(path: str) -> dict:
+    """``fsd-evaluate``'s JSON record at ``path`` (it names the hypotheses file)."""
+    from fairseq_distill.workdir import read_json_record
+
+    if not os.path.isfile(path):
+        raise DistillError(f"--eval {path}: no such fsd-evaluate record (run the evaluate stage)")
+    record = read_json_record(path)
+    if record is None:
+        raise DistillError(f"--eval {path} is not a JSON record of fsd-evaluate: give the --out of fsd-evaluate")
+    if not isinstance(record.get("hypotheses"), str):
+        raise DistillError(f"--eval {path} names no hypotheses file: it is not a record of fsd-evaluate; give "
+                           f"the --out of fsd-evaluate")
+    return record
+
+
+def score_evaluation(corpus: str, text_dir: str, eval_path: str, out: str, force: bool = False) -> dict:
+    """Score the hypotheses of the fsd-evaluate record ``eval_path`` (:func:`recipe_scores`) and
+    write them to ``out``, which may be new or this command's earlier scores (of another
+    evaluation only with ``force``); never one of the inputs or another file."""
+    import json
+
+    from fairseq_distill.workdir import check_earlier_output, check_outputs, files_written_aside
+
+    record = read_evaluation(eval_path)
+    hypotheses = record["hypotheses"]
+    check_outputs([("--out", out)], [("--eval", eval_path), ("--text", text_dir),
+                                     ("the hypotheses of --eval", hypotheses)])
+    evaluation = os.path.abspath(eval_path)
+    check_earlier_output("--out", out, [out], "fsd-benchmark-score", "the scores", is_scores,
+                         lambda earlier: None if earlier["evaluation"] == evaluation
+                         else f"another evaluation ({earlier['evaluation']})", force)
+    scores = recipe_scores(corpus, text_dir, hypotheses)
+    scores["evaluation"] = evaluation
+    with files_written_aside(out) as (tmp,):
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(scores, f, indent=2)
+    return scores

@@ -24,7 +24,7 @@ from fairseq_distill.evaluation.generate import run_generate
 from fairseq_distill.evaluation.scoring import corpus_scores
 from fairseq_distill.text.segmentation import META_FILE, load_meta, subword_models
 from fairseq_distill.text.files import read_lines
-from fairseq_distill.workdir import check_outputs
+from fairseq_distill.workdir import check_earlier_output, check_outputs, files_written_aside
 
 POST_PROCESS = {"sentencepiece": "sentencepiece", "subword_nmt": "subword_nmt"}
 USER_POST_PROCESS = ("--post-process", "--remove-bpe")  # fairseq-generate's flag and its older name
@@ -93,6 +93,8 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
     out_json = out_json or f"{stem}.{subset}.eval.json"
     check_outputs([("--out", out_json), ("hypotheses", hyp_path), ("log", log_path)],
                   [("CHECKPOINT", c) for c in checkpoint.split(":")] + [("DATA_BIN", data_bin)])
+    # an earlier record of fsd-evaluate is replaced (with its hypotheses), another file never
+    check_earlier_output("--out", out_json, [out_json], "fsd-evaluate", "the record", is_evaluation)
     meta = load_meta(data_bin)
     state = check_checkpoints_match_data(checkpoint, data_bin)[0]
     post = post_process(data_bin, meta, extra_args)
@@ -120,8 +122,6 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
     if len(refs) != len(hyps):
         raise DistillError(f"{len(hyps)} hypotheses but {len(refs)} references ({ref_source})")
     scores = corpus_scores(hyps, refs)
-    with open(hyp_path, "w", encoding="utf-8") as f:
-        f.write("\n".join(hyps) + "\n")
     record = {
         "checkpoint": os.path.abspath(checkpoint),
         "data": os.path.abspath(data_bin),
@@ -149,10 +149,45 @@ def evaluate(checkpoint, data_bin, subset="test", beam=4, lenpen=1.0, batch_size
         "parameters": count_parameters(state["model"]),
         "hypotheses": os.path.abspath(hyp_path),
     }
-    with open(out_json, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=2)
+    # the hypotheses and the record that names them moved into place together, the record last
+    with files_written_aside(hyp_path, out_json) as (hyp_tmp, json_tmp):
+        with open(hyp_tmp, "w", encoding="utf-8") as f:
+            f.write("\n".join(hyps) + "\n")
+        with open(json_tmp, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2)
     record["json"] = out_json
     return record
+
+
+def is_evaluation(record: dict) -> bool:
+    """A record :func:`evaluate` wrote."""
+    return all(k in record for k in ("checkpoint", "subset", "bleu", "hypotheses"))
+
+
+BACKENDS = "fsd-evaluate --ctranslate2"
+
+
+def is_backend_comparison(record: dict) -> bool:
+    """A record :func:`write_backends` wrote (before it said so: rows that name their backend)."""
+    rows = record.get("rows")
+    return record.get("tool") == BACKENDS or (isinstance(rows, list) and bool(rows)
+                                              and all(isinstance(r, dict) and "backend" in r for r in rows))
+
+
+def check_backends_out(out, checkpoint, data_bin, ct2_dirs):
+    """``fsd-evaluate --ctranslate2 --out``: not one of the inputs, and new or an earlier comparison."""
+    check_outputs([("--out", out)], [("CHECKPOINT", c) for c in checkpoint.split(":")] + [("DATA_BIN", data_bin)]
+                  + [("--ctranslate2", d) for d in ct2_dirs])
+    check_earlier_output("--out", out, [out], "fsd-evaluate", "the backend comparison", is_backend_comparison)
+
+
+def write_backends(out, rows, checkpoint, subset, beam, batch_size):
+    """The backends' table as JSON (their outputs left out), written aside and moved in."""
+    record = {"tool": BACKENDS, "checkpoint": checkpoint, "subset": subset, "beam": beam, "batch_size": batch_size,
+              "rows": [{k: v for k, v in r.items() if k != "outputs"} for r in rows]}
+    with files_written_aside(out) as (tmp,):
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2)
 
 
 def evaluate_backends(checkpoint, data_bin, ct2_dirs, subset="test", options=None, batch_size=64, repeats=1):

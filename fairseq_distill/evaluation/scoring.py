@@ -41,6 +41,11 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict:
     return out
 
 
+def is_comparison(record: dict) -> bool:
+    """A record :func:`paired_significance` made (``fsd-compare --json``)."""
+    return all(k in record for k in ("test", "baseline", "systems"))
+
+
 def paired_significance(baseline: Tuple[str, Sequence[str]], systems: Sequence[Tuple[str, Sequence[str]]],
                         references: Sequence[str], test: str = "bootstrap", samples: int = 0) -> dict:
     """Each system against the baseline on every metric.

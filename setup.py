@@ -10,7 +10,7 @@ setup(
     description="A fairseq plugin that distils large Transformer translation models into small ones",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.8",
+    python_requires=">=3.11",
     packages=find_packages(include=["fairseq_distill", "fairseq_distill.*"]),
     install_requires=[
         "torch>=1.13",

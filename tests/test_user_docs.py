@@ -52,6 +52,14 @@ NOT_RESULTS = {
     67.1, 152.5, 5.23, 3.68,
     # arithmetic shown step by step in docs/methods/a2d.md (a scale and a decayed weight)
     0.0775, 0.00096,
+    # the papers' BLEU that the recipes' READMEs quote in their "paper's BLEU" columns and notes:
+    # GPKD (Li et al., AAAI 2021) Tables 1, 3, 5 and 6 (recipes/wmt16_en_de), A2D Table 2 and CKD
+    # Table 3 (recipes/wmt14_en_de), A2D's IWSLT'14 table (recipes/iwslt14_de_en)
+    30.03, 29.19, 30.59, 29.01, 29.68, 30.05, 30.16, 29.71, 30.63,
+    25.74, 24.31, 24.14, 23.97, 26.37, 25.97,
+    36.61,
+    # an option's value, the papers' Adam β2 (recipes/wmt16_en_de)
+    0.997,
 }
 
 
@@ -82,14 +90,89 @@ def committed_figures() -> set:
 
 
 def test_every_decimal_in_the_readme_and_docs_is_a_committed_result():
-    """A figure in README.md or docs/ that no committed result holds (a stale one, or one
-    typed from memory) fails here; code blocks are left out (their numbers are options)."""
+    """A figure in a user doc (README.md, docs/, bench/README.md, the recipes' READMEs) that no
+    committed result holds (a stale one, or one typed from memory) fails here; code blocks are
+    left out (their numbers are options)."""
     known = committed_figures() | NOT_RESULTS
     unknown = {}
-    for path in [os.path.join(REPO, "README.md"), *glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True)]:
+    docs = user_docs()
+    assert os.path.join(REPO, "bench", "README.md") in docs and any(os.sep + "recipes" + os.sep in d for d in docs)
+    for path in docs:
         with open(path, encoding="utf-8") as f:
             text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
         found = [m for m in DECIMAL.findall(text) if abs(float(m.replace("−", "-"))) not in known]
         if found:
             unknown[os.path.relpath(path, REPO)] = found
     assert not unknown, f"figures no committed result holds: {unknown}"
+
+
+# --user-dir with the package's name works only where that name is a folder of the working
+# directory (the checkout's root); the installed package's folder works from anywhere
+CHECKOUT_ONLY = re.compile(r"--user-dir[ =]+[\"']?\.?/?fairseq_distill\b")
+
+
+def cli_messages():
+    """The plugin's command-line tools: their docstrings are their --help, their strings what
+    they print."""
+    return sorted(glob.glob(os.path.join(REPO, "fairseq_distill", "cli", "*.py")))
+
+
+def checkout_only_user_dirs(text: str):
+    """(line number, line) of every ``--user-dir fairseq_distill`` not said to be the checkout's
+    form on its own line."""
+    return [(i, line.strip()) for i, line in enumerate(text.splitlines(), 1)
+            if CHECKOUT_ONLY.search(line) and "checkout" not in line]
+
+
+def test_the_checkout_only_user_dir_is_found():
+    assert [i for i, _ in checkout_only_user_dirs(
+        "fairseq-train d --user-dir fairseq_distill\n--user-dir ./fairseq_distill \\\n"
+        "--user-dir=fairseq_distill\n--user-dir \"fairseq_distill\"\n"
+        "--user-dir \"$(fsd-options --user-dir)\"\n--user-dir \"$PLUGIN\"\n"
+        "``--user-dir fairseq_distill`` only from the checkout\n--user-dir fairseq_distill_x\n")] == [1, 2, 3, 4]
+
+
+def test_no_user_doc_or_message_gives_the_checkout_only_user_dir():
+    """Every ``--user-dir`` a user is shown works from any directory: ``"$(fsd-options
+    --user-dir)"`` (or a variable holding it), never ``--user-dir fairseq_distill``, which
+    fairseq resolves against the working directory (FileNotFoundError outside the checkout)."""
+    found = []
+    for path in user_docs() + cli_messages():
+        with open(path, encoding="utf-8") as f:
+            found += [f"{os.path.relpath(path, REPO)}:{i}: {line}" for i, line in checkout_only_user_dirs(f.read())]
+    assert not found, ("the checkout-only --user-dir (use --user-dir \"$(fsd-options --user-dir)\"):\n"
+                       + "\n".join(found))
+
+
+# the project's own history, which a user cannot act on: device loans and sessions, helpers'
+# runs, a call's time limit, what one machine lacked ("no network here")
+HISTORY = re.compile(
+    r"\blent\b|\bthis session\b|\ba helper(?:'s)?\b|\bhelpers' runs\b|--budget 420|\$OUT/results"
+    r"|\b\d+-minute call\b|\bcall timeout\b|\bdevice call\b|\bno network\b(?! access)"
+    r"|\bthere was no network\b|\bnetwork here\b|\b(?:checked|measured|tested|run) here\b",
+    re.I)
+
+
+def history_phrases(text: str):
+    return [(i, m.group(0)) for i, line in enumerate(text.splitlines(), 1) for m in HISTORY.finditer(line)]
+
+
+def test_history_phrases_are_found():
+    text = ("a helper's runs\non a lent device\nin this session\n--budget 420 and $OUT/results\n"
+            "one 8-minute call\na call timeout\nnot checked here (no network)\n")
+    assert [m.lower() for _, m in history_phrases(text)] == [
+        "a helper's", "lent", "this session", "--budget 420", "$out/results", "8-minute call", "call timeout",
+        "checked here", "no network"]
+    assert history_phrases("shared helpers and constants; a machine without network access; "
+                           "the session fixtures; silent; measured on 2 cores") == []
+
+
+def test_the_user_docs_hold_no_project_history():
+    """User docs say what is and how to use it; how the project's own runs were done (device
+    loans, sessions, helpers, a call's limits, what one machine lacked) belongs in CHANGELOG.md
+    and the commit log."""
+    found = []
+    for path in user_docs():
+        with open(path, encoding="utf-8") as f:
+            found += [f"{os.path.relpath(path, REPO)}:{i}: {m}" for i, m in history_phrases(f.read())]
+    assert not found, "project history in user docs:\n" + "\n".join(found)

@@ -4,7 +4,8 @@
 
 Students of fairseq's architectures (``transformer``) load in stock fairseq without the
 plugin; the plugin's own (``deep_transformer*``, ``flexible_transformer``) need
-``--user-dir fairseq_distill`` to decode, and the export says which it wrote.
+``--user-dir "$(fsd-options --user-dir)"`` to decode (from any directory), and the export says
+which it wrote.
 """
 
 from fairseq_distill.deploy.checkpoint import export_decoding_checkpoint
@@ -24,7 +25,7 @@ def main(argv=None):
     )
     if info["needs_plugin"]:
         print(f"[export] {info['arch']} is an architecture of this plugin: decode it with "
-              f"fairseq-generate ... --user-dir fairseq_distill (or fsd-translate); stock fairseq "
+              f"fairseq-generate ... --user-dir \"$(fsd-options --user-dir)\" (or fsd-translate); stock fairseq "
               f"without the plugin cannot build it")
     else:
         print("[export] stock fairseq-generate loads it without --user-dir")

@@ -278,9 +278,10 @@ device_flags() {
 }
 
 # fsd-seqkd: on --gpus N > 1 one shard per GPU (each process sees one GPU), run side by side, then
-# merged; otherwise in one go. Arguments: fsd-seqkd's flags (--data, --teacher, --out, decoding).
+# merged; otherwise in one go, or as the one shard or merge that --num-shards in the arguments asks.
+# Arguments: fsd-seqkd's flags (--data, --teacher, --out, decoding).
 seqkd() {
-  if [ "$SMOKE" = 1 ] || [ "$GPUS" -le 1 ]; then
+  if [ "$SMOKE" = 1 ] || [ "$GPUS" -le 1 ] || [[ " $* " == *" --num-shards "* ]]; then
     run fsd-seqkd "$@"
     return
   fi
@@ -364,7 +365,8 @@ data_digest() {  # DIR: SHA-256 of its dictionaries and binarized files, by name
 
 # MARKER CMD...: the stage's record. "command:" its command line; "settings:" the same without
 # the device flags (--cpu, --fp16, --distributed-world-size N and --update-freq N, which --gpus
-# sets); "data DIR:" the content digest of the prepared data it reads; "from MARKER:" the digest
+# sets) and the sharing out (--num-shards N, --shard-id I, --merge: the shards together make what
+# one run makes); "data DIR:" the content digest of the prepared data it reads; "from MARKER:" the digest
 # of the record of each earlier stage whose output it reads. All but "command:" are compared.
 stage_record() {
   local marker="$1" arg skip=0 settings=() dep
@@ -373,8 +375,8 @@ stage_record() {
   for arg in "$@"; do
     if [ "$skip" = 1 ]; then skip=0; continue; fi
     case "$arg" in
-      --cpu|--fp16) continue ;;
-      --distributed-world-size|--update-freq) skip=1; continue ;;
+      --cpu|--fp16|--merge) continue ;;
+      --distributed-world-size|--update-freq|--num-shards|--shard-id) skip=1; continue ;;
     esac
     settings+=("$arg")
   done

@@ -120,9 +120,20 @@ def test_bad_input_is_refused_naming_it(corpus, tmp_path):
 
 
 def test_smoke_runs_end_to_end_and_a_rerun_keeps_every_stage(corpus, tmp_path):
+    """The teacher's stages shared out as two machines would (shard 0, shard 1, the merge; seq-KD
+    before its cache), then the rest in one go, which takes the merged stages as done."""
     out = tmp_path / "work"
-    said = recipe(*base(corpus, out), "--smoke").stdout
+    said = recipe(*base(corpus, out), "--smoke", "--stage", "prepare").stdout
     assert "[own] no --test: the last 20 of 400 training pairs are held out as the test set" in said
+    recipe(*base(corpus, out), "--smoke", "--stage", "teacher")
+    for stage in ("seqkd", "cache"):
+        for shard in (0, 1):
+            said = recipe(*base(corpus, out), "--smoke", "--stage", stage, "--num-shards", 2, "--shard-id", shard).stdout
+            assert f"[{stage}] shard {shard} of 2 done" in said and not (out / stage / ".done").exists()
+        recipe(*base(corpus, out), "--smoke", "--stage", stage, "--num-shards", 2)
+        assert (out / stage / ".done").is_file()
+    said = recipe(*base(corpus, out), "--smoke").stdout
+    assert "[seqkd] done" in said and "[cache] done" in said
     results = (out / "results.md").read_text()
     assert results.startswith("# Your student") and f"`{out / 'student-int8'}`" in results
     assert f"fsd-translate --backend ctranslate2 --model-dir {out / 'student-int8'} --threads 1" in results
@@ -151,3 +162,30 @@ def test_smoke_from_a_file_of_translations(corpus, tmp_path):
     results = (out / "results.md").read_text()
     assert "no report card beside it" in results and (out / "student-int8" / "model.bin").is_file()
 
+
+
+def test_the_teachers_stages_shared_out_over_machines_at_a_dry_run(corpus, tmp_path):
+    """--num-shards N --shard-id I runs only shard I of the seq-KD or cache stage; the same command
+    without --shard-id merges; other stages, a shard id out of range and a file of translations
+    are refused, naming what to give."""
+    out = tmp_path / "work"
+    for stage, tool in (("seqkd", "fsd-seqkd"), ("cache", "fsd-cache-teacher")):
+        steps = commands(recipe(*base(corpus, out), "--dry-run", "--stage", stage, "--num-shards", "3",
+                                "--shard-id", "2").stdout)
+        assert len(steps) == 1 and steps[0].startswith(f"+ {tool} ") and steps[0].rstrip().endswith("--num-shards 3 --shard-id 2")
+        steps = commands(recipe(*base(corpus, out), "--dry-run", "--stage", stage, "--num-shards", "3").stdout)
+        assert len(steps) == 1 and steps[0].startswith(f"+ {tool} ") and steps[0].rstrip().endswith("--num-shards 3 --merge")
+    translations = tmp_path / "translations.en"
+    translations.write_text("A dog.\n")
+    for args, message in [
+        (("--stage", "student", "--num-shards", "2"), "--num-shards shares out the teacher's stages: give --stage "
+                                                      "seqkd or --stage cache"),
+        (("--stage", "seqkd", "--num-shards", "2", "--shard-id", "2"), "--shard-id must be one of 0 to N-1 with "
+                                                                       "--num-shards N (N > 1), got --shard-id 2"),
+        (("--stage", "seqkd", "--shard-id", "0"), "got --shard-id 0 with --num-shards 1"),
+        (("--stage", "seqkd", "--num-shards", "two"), "--num-shards must be a number of shards (1 or more), got 'two'"),
+        (("--stage", "seqkd", "--num-shards", "2", "--teacher", translations, "--test", corpus / "test"),
+         "a file of translations runs no teacher, so there is nothing to share out"),
+    ]:
+        proc = recipe(*base(corpus, out), "--dry-run", *args, check=False)
+        assert proc.returncode == 2 and message in proc.stdout, (args, proc.stdout[-1500:])

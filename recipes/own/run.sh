@@ -4,7 +4,7 @@
 #
 #   recipes/own/run.sh -s SRC -t TGT --train PREFIX --valid PREFIX [--test PREFIX] [--mono FILE]
 #       [--teacher PATH] [--teacher-data DATA_BIN] [--method M] [--student tiny|base] [--out DIR]
-#       [--gpus N] [--no-fp16] [--stage NAME] [--dry-run] [--smoke]
+#       [--gpus N] [--no-fp16] [--stage NAME] [--num-shards N [--shard-id I]] [--dry-run] [--smoke]
 #
 # PREFIX.SRC and PREFIX.TGT (or .gz) are raw, aligned text, one sentence a line. Without --test the
 # last pairs of the training text (at most 1,000, at most a twentieth) are held out as the test set.
@@ -26,17 +26,20 @@
 #   512; 1.95M), 10 epochs. --gpus N, --no-fp16, --stage, --dry-run, --smoke as in the other recipes.
 # Stages: prepare teacher seqkd cache student export report (each kept once done, refused when its
 # settings change). OUT/results.md opens with the deployable student and the command to use it.
+# --num-shards N --shard-id I, with --stage seqkd or cache: only the teacher's shard I of N (one per
+# machine, OUT on a shared disk); the same command without --shard-id merges the N shards. Seq-KD is
+# merged before its cache is made, so: seqkd shards, seqkd merge, cache shards, cache merge, the rest.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 source "$HERE/../common.sh"
 RECIPE=own
 STAGES="prepare teacher seqkd cache student export report"
-HELP_LINES=28
+HELP_LINES=31
 METHODS="auto none seqkd word_kd pkd ckd alp_kd a2d"
 
 SRC="" TGT="" TRAIN_PREFIX="" VALID_PREFIX="" TEST_PREFIX="-" MONO="" TEACHER_PATH="" TEACHER_DATA=""
-METHOD=auto STUDENT=tiny OUT=work/own GPUS=0 FP16=1 STAGE=all DRY_RUN=0 SMOKE=0
+METHOD=auto STUDENT=tiny OUT=work/own GPUS=0 FP16=1 STAGE=all DRY_RUN=0 SMOKE=0 NUM_SHARDS=1 SHARD_ID=""
 while [ $# -gt 0 ]; do
   case "$1" in
     -s) SRC="$2"; shift 2 ;;
@@ -49,9 +52,12 @@ while [ $# -gt 0 ]; do
     --teacher-data) TEACHER_DATA="$2"; shift 2 ;;
     --method) METHOD="$2"; shift 2 ;;
     --student) STUDENT="$2"; shift 2 ;;
+    --num-shards) NUM_SHARDS="$2"; shift 2 ;;
+    --shard-id) SHARD_ID="$2"; shift 2 ;;
     *) if run_option "$@"; then shift "$TAKEN"; else
          echo "run.sh: unknown option '$1'; valid: -s, -t, --train, --valid, --test, --mono, --teacher," \
-              "--teacher-data, --method, --student, --out, --gpus, --no-fp16, --stage, --dry-run, --smoke" >&2; exit 2
+              "--teacher-data, --method, --student, --out, --gpus, --no-fp16, --stage, --num-shards, --shard-id," \
+              "--dry-run, --smoke" >&2; exit 2
        fi ;;
   esac
 done
@@ -63,6 +69,19 @@ case "$STUDENT" in tiny|base) ;; *) echo "run.sh: unknown --student '$STUDENT'; 
 case " $STAGES all " in *" $STAGE "*) ;; *) echo "run.sh: unknown --stage '$STAGE'; valid: $STAGES (or all)" >&2; exit 2 ;; esac
 case "$GPUS" in ''|*[!0-9]*) echo "run.sh: --gpus must be a number of GPUs (0: the CPU), got '$GPUS'" >&2; exit 2 ;; esac
 if [ -n "$MONO" ] && [ ! -f "$MONO" ]; then echo "run.sh: --mono $MONO: no such file" >&2; exit 2; fi
+case "$NUM_SHARDS" in ''|*[!0-9]*|0) echo "run.sh: --num-shards must be a number of shards (1 or more), got" \
+                                         "'$NUM_SHARDS'" >&2; exit 2 ;; esac
+if [ -n "$SHARD_ID" ]; then
+  case "$SHARD_ID" in *[!0-9]*) SHARD_ID=x ;; esac
+  if [ "$NUM_SHARDS" = 1 ] || [ "$SHARD_ID" = x ] || [ "$SHARD_ID" -ge "$NUM_SHARDS" ]; then
+    echo "run.sh: --shard-id must be one of 0 to N-1 with --num-shards N (N > 1), got --shard-id ${SHARD_ID/x/not a number}" \
+         "with --num-shards $NUM_SHARDS" >&2; exit 2
+  fi
+fi
+if [ "$NUM_SHARDS" -gt 1 ] && [ "$STAGE" != seqkd ] && [ "$STAGE" != cache ]; then
+  echo "run.sh: --num-shards shares out the teacher's stages: give --stage seqkd or --stage cache (each machine with" \
+       "its --shard-id, then once without it to merge), then run the other stages without --num-shards" >&2; exit 2
+fi
 
 OWN="python $HERE/own.py"
 KIND=$($OWN teacher "$TEACHER_PATH")
@@ -74,6 +93,9 @@ case " $SERVES " in *" $METHOD "*) ;; *)
        "states during training); a $KIND teacher serves: ${SERVES// /, }" >&2; exit 2 ;; esac
 if [ "$METHOD" = auto ]; then
   if [ "$READS_TEACHER" = 1 ]; then METHOD=seqkd+word_kd; else METHOD=seqkd; fi
+fi
+if [ "$KIND" = translations ] && [ "$NUM_SHARDS" -gt 1 ]; then
+  echo "run.sh: --num-shards: a file of translations runs no teacher, so there is nothing to share out" >&2; exit 2
 fi
 if [ "$KIND" = translations ] && [ "$TEST_PREFIX" = - ]; then
   echo "run.sh: --teacher $TEACHER_PATH is a file of translations, one for each training pair: pass --test PREFIX," \
@@ -168,19 +190,32 @@ if wanted teacher && [ "$KIND" = none ]; then
     --criterion label_smoothed_cross_entropy "${TRAIN[@]}" "${TEACHER_SHAPE[@]}" "${DEVICE[@]}" --save-dir "$RUNS/teacher"
 fi
 
+# WHAT MARKER CMD...: a stage of the teacher (seqkd, cache) as a whole; with --num-shards N and
+# --shard-id I only its shard I (kept by the tool for the merge; the stage is not done yet); with
+# --num-shards N alone, the merge of the N shards, which finishes the stage
+teacher_stage() {
+  local what="$1" marker="$2"
+  shift 2
+  if [ "$NUM_SHARDS" = 1 ] || [ -f "$marker" ]; then stage "$what" "$marker" "$@"; return; fi
+  if [ -z "$SHARD_ID" ]; then stage "$what" "$marker" "$@" --num-shards "$NUM_SHARDS" --merge; return; fi
+  invoke "$@" --num-shards "$NUM_SHARDS" --shard-id "$SHARD_ID"  # one shard a machine, whatever its GPUs
+  echo "$what shard $SHARD_ID of $NUM_SHARDS done; once all $NUM_SHARDS are, the same command without --shard-id" \
+       "merges them"
+}
+
 if wanted seqkd && [ "$STUDENT_DATA" = "$OUT/seqkd" ]; then
   source_flags=()
   [ -n "$MONO" ] && source_flags=(--source "$MONO")
   # a teacher that reads raw text gets the training source as prepared (<unk> pieces cannot be read back)
   raw_source=(--raw-train-source "$OUT/data/raw/train.$SRC")
   case "$KIND" in
-    ctranslate2) stage "[seqkd]" "$OUT/seqkd/.done" fsd-seqkd --teacher-ctranslate2 "$TEACHER" --data "$DATA" \
+    ctranslate2) teacher_stage "[seqkd]" "$OUT/seqkd/.done" fsd-seqkd --teacher-ctranslate2 "$TEACHER" --data "$DATA" \
                    --out "$OUT/seqkd" --beam 4 "${raw_source[@]}" ${source_flags[@]+"${source_flags[@]}"} ;;
-    huggingface) stage "[seqkd]" "$OUT/seqkd/.done" seqkd --teacher "$TEACHER" --data "$DATA" --out "$OUT/seqkd" \
+    huggingface) teacher_stage "[seqkd]" "$OUT/seqkd/.done" seqkd --teacher "$TEACHER" --data "$DATA" --out "$OUT/seqkd" \
                    "${SEQKD_DECODING[@]}" "${raw_source[@]}" ${source_flags[@]+"${source_flags[@]}"} ;;
     translations) stage "[seqkd]" "$OUT/seqkd/.done" fsd-seqkd --teacher-translations "$TEACHER" --data "$DATA" \
                     --out "$OUT/seqkd" ;;
-    *) stage "[seqkd]" "$OUT/seqkd/.done" seqkd --teacher "$TEACHER" --data "$DATA" --out "$OUT/seqkd" \
+    *) teacher_stage "[seqkd]" "$OUT/seqkd/.done" seqkd --teacher "$TEACHER" --data "$DATA" --out "$OUT/seqkd" \
          "${SEQKD_DECODING[@]}" ${source_flags[@]+"${source_flags[@]}"} ;;
   esac
 fi
@@ -188,7 +223,7 @@ fi
 CRITERION=label_smoothed_cross_entropy
 case "$METHOD" in *word_kd) CRITERION=word_kd ;; pkd|ckd|alp_kd|a2d) CRITERION=$METHOD ;; esac
 if wanted cache && [ "$CRITERION" = word_kd ]; then
-  stage "[cache]" "$OUT/cache/.done" fsd-cache-teacher --teacher "$TEACHER" --data "$STUDENT_DATA" --top-k 8 \
+  teacher_stage "[cache]" "$OUT/cache/.done" fsd-cache-teacher --teacher "$TEACHER" --data "$STUDENT_DATA" --top-k 8 \
     --out "$OUT/cache" ${TOOL_DEVICE[@]+"${TOOL_DEVICE[@]}"}
 fi
 

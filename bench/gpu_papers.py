@@ -14,10 +14,10 @@ Resumable by rows, across machines: the results are written after every step (JS
 hypotheses; no checkpoint), and a later call given them (``--reuse``, by default the results
 already in ``--out``) trains only the rows still missing, the teacher again first if one of them
 needs it (a retrained teacher's rows are marked ‡). ``--budget`` stops before a step that would
-start after that many seconds, so a device call ends with its rows written, not cut off.
+start after that many seconds, so a run with a time limit ends with its rows written, not cut off.
 
 The data are prepared on the CPU beforehand when ``--workdir`` holds them (``--prepare-only``);
-a lent device then needs no tokeniser training. ``--smoke``: tiny models (1+1 and 2+2 layers,
+the GPU machine then needs no tokeniser training. ``--smoke``: tiny models (1+1 and 2+2 layers,
 d = 16), 300 training sentences, 3 updates per step, beam 1, three of the steps (teacher, no KD,
 a2d), fp32.
 
@@ -96,7 +96,7 @@ def device_line() -> str:
 
 
 def check_call(config: str, out: str, reuse, only) -> None:
-    """Refuse, before anything runs, what would waste a device call: steps the recipe lacks,
+    """Refuse, before anything runs, what would waste a GPU run: steps the recipe lacks,
     missing or damaged results files."""
     from bench.runner.records import read_results
     from bench.runner.schema import load_checked

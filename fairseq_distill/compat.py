@@ -7,7 +7,7 @@ Everything version-dependent lives here, so the rest of the plugin reads as plai
    (argparse-registered) architectures such as ``transformer`` keep their model options
    as an ``argparse.Namespace`` in ``cfg["model"]``, which the restricted unpickler
    refuses. ``argparse.Namespace`` is only an attribute bag, so we allow it through
-   torch's public allow-list; importing the plugin (``--user-dir fairseq_distill``) is
+   torch's public allow-list; importing the plugin (``--user-dir``) is
    enough for every fairseq tool. Checkpoints exported by
    :mod:`fairseq_distill.deploy.checkpoint` contain no Namespace at all and need nothing.
    Likewise numpy arrays and scalars: ``fairseq-train --eval-bleu`` keeps its BLEU statistics

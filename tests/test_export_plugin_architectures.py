@@ -20,7 +20,7 @@ def test_deep_transformer_export_names_the_plugin_requirement_and_decodes_with_i
     student = str(tmp_path / "student.pt")
     out = run([export, str(tmp_path / "ck" / "checkpoint_last.pt"), student]).stdout
     assert "deep_transformer_tiny is an architecture of this plugin" in out
-    assert "--user-dir fairseq_distill" in out
+    assert '--user-dir "$(fsd-options --user-dir)"' in out
     generate = ["fairseq_cli.generate", DATA, "--path", student, "--gen-subset", "valid", "--beam", "1",
                 "--max-len-b", "5", "--cpu"]
     with_plugin = run(python_module(*generate, "--user-dir", PACKAGE_DIR)).stdout

@@ -12,7 +12,7 @@ loads as it is, on any torch version, without ``--user-dir``:
 
 The plugin's own architectures (``deep_transformer*``, ``flexible_transformer``) are code
 that stock fairseq does not have: their exports load in ``fairseq-generate`` only with
-``--user-dir fairseq_distill``. Without it stock fairseq fails while formatting its own
+``--user-dir "$(fsd-options --user-dir)"``. Without it stock fairseq fails while formatting its own
 "unknown model" message (``KeyError: "'no_progress_bar'"``), before anything a checkpoint
 holds could explain it, so the export says so when it writes one (``needs_plugin``).
 """

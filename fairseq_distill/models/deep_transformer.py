@@ -153,7 +153,7 @@ class DeepTransformerDecoder(_StochasticStackMixin, TransformerDecoder):
 @register_model("deep_transformer")
 class DeepTransformerModel(PreNormTransformerModel):
     """Pre-norm Transformer with relative self-attention, group permutation and Skipping
-    Sub-Layer. Its checkpoints load in ``fairseq-generate --user-dir fairseq_distill``."""
+    Sub-Layer. Its checkpoints load in ``fairseq-generate --user-dir "$(fsd-options --user-dir)"``."""
 
     encoder_class = DeepTransformerEncoder
     decoder_class = DeepTransformerDecoder

@@ -7,7 +7,7 @@ to it (:mod:`fairseq_distill.depth.strategies`), with the embeddings and final l
 shared by all depths. Training every (encoder depth, decoder depth) pair on each batch is
 the job of the ``translation_multidepth`` task; decoding picks one pair:
 
-    fairseq-generate ... --user-dir fairseq_distill \\
+    fairseq-generate ... --user-dir "$(fsd-options --user-dir)" \\
         --model-overrides "{'encoder_depth': 6, 'decoder_depth': 3}"
 
 ``fsd-export-subnetwork`` turns one pair into an ordinary ``transformer`` checkpoint.

@@ -14,9 +14,22 @@
 # record of each earlier stage it uses: a stage finished or begun with other settings is refused,
 # naming what differs.
 
-run() {  # print the command, quoted as a shell reads it; run it unless --dry-run
+COMMON_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+# print the command, quoted as a shell reads it; run it unless --dry-run. fairseq-train's output
+# gains a line after each epoch: the time taken and about how long its budget still needs
+# (follow_training.py; STAGE_TAG names the stage, as stage sets it)
+run() {
   echo "+ $(printf '%q ' "$@")"
-  [ "$DRY_RUN" = 1 ] || "$@"
+  [ "$DRY_RUN" = 1 ] && return 0
+  if [ "$1" != fairseq-train ]; then "$@"; return; fi
+  local arg previous="" budget=(--max-epoch 0 --max-update 0)
+  for arg in "$@"; do
+    case "$previous" in --max-epoch) budget[1]="$arg" ;; --max-update) budget[3]="$arg" ;; esac
+    previous="$arg"
+  done
+  # unbuffered: fairseq logs to stdout, which a pipe would hold back for minutes
+  PYTHONUNBUFFERED=1 "$@" 2>&1 | python -u "$COMMON_DIR/follow_training.py" "${budget[@]}" --tag "${STAGE_TAG:-[train]}"
 }
 
 usage() { sed -n "2,${HELP_LINES}p" "$0" | sed 's/^# \{0,1\}//'; }
@@ -437,7 +450,7 @@ stage() {
   if [ "$first_only" -gt 0 ] && [ -f "$(dirname "$marker")/checkpoint_last.pt" ]; then
     set -- "${@:1:$(($# - first_only))}"
   fi
-  invoke "$@"
+  STAGE_TAG="$what" invoke "$@"
   mkdir -p "$(dirname "$marker")"  # a tool may have replaced the directory (fsd-seqkd switches its --out in)
   printf '%s\n' "$record" > "$marker.tmp"
   mv "$marker.tmp" "$marker"

@@ -76,24 +76,25 @@ def test_source_lines_are_segmented_as_the_corpus(tiny_data, tmp_path):
     assert len(pieces) == 3 and all(" " in p for p in pieces)
 
 
-def test_empty_source_lines_are_named(tiny_data, tmp_path):
+def test_empty_source_lines_keep_their_place_as_empty_sources(tiny_data, tmp_path):
+    """An empty line gets an empty target in its place (issue 68.4; it was refused before):
+    the line numbers of the file and the pairs agree."""
     path = tmp_path / "mono.de"
     path.write_text("Ein Hund.\n\nZwei Katzen.\n   \nEin Haus.\n", encoding="utf-8")
-    with pytest.raises(DistillError, match=r"line 2 is empty after normalisation \(2 empty line\(s\): 2, 4\); every line must hold"):
-        read_source(str(path), tiny_data)
+    pieces = read_source(str(path), tiny_data)
+    assert len(pieces) == 5 and pieces[1] == pieces[3] == "" and all(pieces[k] for k in (0, 2, 4))
     path.write_text("", encoding="utf-8")
     with pytest.raises(DistillError, match="has no lines"):
         read_source(str(path), tiny_data)
 
 
-def test_source_lines_empty_after_normalisation_are_named_like_blank_ones(tiny_data, tmp_path):
+def test_source_lines_empty_after_normalisation_are_taken_like_blank_ones(tiny_data, tmp_path):
     """Only a zero-width space, a BOM or control characters: nothing for the teacher to translate
-    once normalised (issue 32.3), refused with the message of a blank line."""
+    once normalised (issue 32.3), an empty source like a blank line (issue 68.4)."""
     path = tmp_path / "mono.de"
     path.write_text("Ein Hund.\n\u200b\nZwei Katzen.\n\ufeff\u200d \x07\n", encoding="utf-8")
-    with pytest.raises(DistillError, match=r"line 2 is empty after normalisation \(2 empty line\(s\): 2, 4\); "
-                                           r"every line must hold"):
-        read_source(str(path), tiny_data)
+    pieces = read_source(str(path), tiny_data)
+    assert len(pieces) == 4 and pieces[1] == pieces[3] == "" and pieces[0] and pieces[2]
 
 
 def test_invalid_utf8_in_the_source_gets_advice_fsd_seqkd_can_follow(tiny_data, tmp_path):
@@ -107,16 +108,15 @@ def test_invalid_utf8_in_the_source_gets_advice_fsd_seqkd_can_follow(tiny_data, 
     assert "iconv -f LATIN1 -t UTF-8" in message and "iconv -c -f UTF-8 -t UTF-8" in message
 
 
-def test_an_empty_training_source_is_named_before_the_teacher_runs(tiny_data, tmp_path):
+def test_an_empty_training_source_is_named_before_the_teacher_runs(tiny_data, tmp_path, capsys):
     """Data binarized by other tools may hold an EOS-only source: the fairseq backend would
-    invent a hypothesis for it, CTranslate2 would return none (issue 32.3)."""
-    from fairseq_distill.seqkd.inputs import check_sources_not_empty
+    invent a hypothesis for it, CTranslate2 would return none (issue 32.3); it gets an empty
+    target (issue 68.4), said before the teacher runs."""
+    from fairseq_distill.seqkd.inputs import report_blank_sources
 
-    check_sources_not_empty(["a b", "c"], "data-bin", "train")
-    with pytest.raises(DistillError, match=r"data-bin \(train\): sentence 1 has an empty source, or one of only "
-                                           r"invisible characters \(2 such "
-                                           r"sentence\(s\), ids 1, 3\)"):
-        check_sources_not_empty(["a b", "", "c", " "], "data-bin", "train")
+    assert report_blank_sources(["a b", "c"], "data-bin", "train") == []
+    assert report_blank_sources(["a b", "", "c", " "], "data-bin", "train") == [1, 3]
+    assert "data-bin (train): 2 source sentence(s) show nothing" in capsys.readouterr().out
 
 
 def test_source_lines_longer_than_the_teacher_accepts_are_named(tiny_data, tmp_path):

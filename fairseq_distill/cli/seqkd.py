@@ -116,8 +116,9 @@ def build_parser():
                    "and OUT/seqkd_pairs.tsv says which sentence and hypothesis each pair holds (default: 1)")
     p.add_argument("--source", metavar="FILE",
                    help="raw monolingual source text, one sentence per line: translated by the teacher too "
-                   "and added to the training pairs (segmented and binarized as the corpus was); an "
-                   "empty line is an error naming it")
+                   "and added to the training pairs (segmented and binarized as the corpus was); a "
+                   "line with nothing visible (empty, or only invisible characters such as U+200B) keeps "
+                   "its place with an empty target, the lines named")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--max-tokens", type=int, default=None)
     p.add_argument("--num-shards", type=int, default=1)

@@ -252,19 +252,20 @@ class Inputs:
         return found
 
 
-def check_sources_not_empty(sources: Iterable[str], data: str, subset: str):
-    """Every source sentence (its subword pieces) shows something: the fairseq backend would invent
-    a hypothesis for an empty one (only </s>, or only invisible characters such as U+200B) and
-    CTranslate2 return none."""
+def report_blank_sources(sources: Iterable[str], data: str, subset: str) -> List[int]:
+    """The ids of the source sentences (their subword pieces) that show nothing: only </s>, or only
+    invisible characters such as U+200B (data binarized by other tools; fsd-prepare-corpus refuses
+    such lines). Each keeps its place and gets an empty target in the merge, whatever the teacher
+    says for it (the fairseq backend invents a hypothesis, CTranslate2 returns none); said here,
+    before the teacher runs."""
     from fairseq_distill.text.segmentation import blank_pieces
 
     empty = [i for i, pieces in enumerate(sources) if blank_pieces(pieces)]
     if empty:
-        listed = first_few(empty)
-        raise DistillError(
-            f"{data} ({subset}): sentence {empty[0]} has an empty source, or one of only invisible characters ({len(empty)} such sentence(s), ids "
-            f"{listed}): nothing for the teacher to translate. Remove those pairs from the raw corpus and "
-            f"prepare it again (fsd-prepare-corpus refuses blank lines and lines empty after normalisation)")
+        print(f"[seqkd] {data} ({subset}): {len(empty):,} source sentence(s) show nothing (only </s>, or only "
+              f"invisible characters; ids {first_few(empty)}, 0-based): each keeps its place with an empty target, "
+              f"as fsd-translate translates such a line; remove those pairs from the corpus first for none")
+    return empty
 
 
 def check_source_lengths(sources: Iterable[str], data: str, subset: str, limit: int, what: str):

@@ -41,7 +41,7 @@ from fairseq_distill.errors import DistillError
 from fairseq_distill.text.segmentation import load_meta
 from fairseq_distill.seqkd.decode import generate_shard, shard_settings
 from fairseq_distill.seqkd.inputs import (Inputs, SeqKDJob, Side, check_options, check_source_lengths,
-                                          check_sources_not_empty, data_langs, decoding_settings, read_teachers,
+                                          data_langs, decoding_settings, read_teachers, report_blank_sources,
                                           shard_path, sources_digest)
 from fairseq_distill.seqkd.merge import merge
 from fairseq_distill.seqkd.output import write_output
@@ -195,7 +195,7 @@ def make_locked(args: SeqKDJob) -> Optional[dict]:
     if len(sources) == 0:
         raise DistillError(f"empty corpus: '{args.subset}' in {args.data} has no sentences")
     if not args.merge:
-        check_sources_not_empty(sources, args.data, args.subset)
+        report_blank_sources(sources, args.data, args.subset)
     if args.num_shards < 1 or (args.shard_id is not None and not 0 <= args.shard_id < args.num_shards):
         raise DistillError(f"--shard-id must be in 0..{args.num_shards - 1}, got {args.shard_id}")
     inputs = None

@@ -16,7 +16,7 @@ import fairseq_distill.text.binarize as pieces
 from fairseq_distill.data_bin import directory_digest
 from fairseq_distill.errors import DistillError
 from fairseq_distill.seqkd.inputs import Inputs, count_side, sources_digest
-from fairseq_distill.seqkd.merge_walk import EXTERNAL_BACKEND, WORK_PAIRS, BinarizedPieces, walk
+from fairseq_distill.seqkd.merge_walk import EXTERNAL_BACKEND, FIRST_FEW, WORK_PAIRS, BinarizedPieces, walk
 from fairseq_distill.seqkd.shard_index import index_shards
 from fairseq_distill.text.segmentation import META_FILE
 
@@ -128,6 +128,13 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None, dest: Optional[str] =
     if args.select == "mbr":
         selection["sources_with_fewer_targets"] = tally.fewer_targets
     missing = tally.train_missing + tally.mono_missing
+    if tally.train_blank or tally.mono_blank:
+        where = ([f"training sentence ids {tally.train_blank_first}{' ...' if tally.train_blank > FIRST_FEW else ''}"]
+                 if tally.train_blank else [])
+        where += ([f"--source lines {tally.mono_blank_first}{' ...' if tally.mono_blank > FIRST_FEW else ''}"]
+                  if tally.mono_blank else [])
+        print(f"[seqkd] {tally.train_blank + tally.mono_blank:,} source(s) show nothing ({'; '.join(where)}): "
+              f"each pair keeps its place with an empty target (blank_sources)")
     if missing and args.on_missing == "fail":
         what = []
         translations = settings.get("backend") == "translations file"
@@ -159,6 +166,8 @@ def merge(args, src, tgt, inputs: Optional[Inputs] = None, dest: Optional[str] =
     summary = {
         "sentences": n, "kept": tally.kept, "filtered_by_length_ratio": tally.filtered,
         "missing_or_empty": missing,
+        "blank_sources": tally.train_blank + tally.mono_blank,
+        "monolingual_blank": tally.mono_blank,
         "replaced_by_reference": tally.train_missing if args.on_missing == "reference" else 0,
         "monolingual_sentences": m,
         "monolingual_added": tally.monolingual_added,

@@ -23,13 +23,14 @@ from fairseq_distill.errors import DistillError
 from fairseq_distill.progress import Progress
 from fairseq_distill.seqkd.inputs import Inputs, Side
 from fairseq_distill.seqkd.selection import chrf_pool, select_hypotheses
-from fairseq_distill.text.segmentation import META_FILE, Segmenter, load_meta
+from fairseq_distill.text.segmentation import META_FILE, Segmenter, blank_pieces, load_meta
 
 CHUNK_SENTENCES = 10_000  # sentences read, chosen and written at a time (their n-best lists held meanwhile)
 STATE_FILE = "seqkd_merge.json"
 WORK_PAIRS = "seqkd_pairs.tsv"  # the pairs' origins, in WORK until they are copied into the data
 EXTERNAL_BACKEND = "ctranslate2 model"  # fairseq_distill.seqkd.external.BACKEND
 FIRST_FEW = 10  # missing ids named in a refusal
+BLANK_TARGET = -2  # seqkd_pairs.tsv's hypothesis of a source that shows nothing: its empty target
 
 
 @dataclass
@@ -43,6 +44,11 @@ class Tally:
     train_missing_first: List[int] = field(default_factory=list)
     mono_missing: int = 0
     mono_missing_first: List[int] = field(default_factory=list)  # line numbers of --source
+    # sources that show nothing (only </s>, or invisible characters): an empty target each
+    train_blank: int = 0
+    train_blank_first: List[int] = field(default_factory=list)
+    mono_blank: int = 0
+    mono_blank_first: List[int] = field(default_factory=list)  # line numbers of --source
     monolingual_added: int = 0
     nbest: int = 0
     selected_other_than_1best: int = 0
@@ -182,6 +188,24 @@ def walk(args, src: str, tgt: str, index, inputs: Inputs, settings: dict, key: d
             chosen = chooser.choose(lists, refs, start, n)
             out = {name: [] for name in files}
             for i in range(start, stop):
+                source = sources[i - start]
+                if blank_pieces(source):
+                    # nothing to translate: an empty target, whatever the teacher made of it
+                    # (fsd-translate and fsd-evaluate give such a line an empty translation)
+                    if i < n:
+                        tally.train_blank += 1
+                        tally.train_blank_first += [i][:FIRST_FEW - len(tally.train_blank_first)]
+                    else:
+                        tally.mono_blank += 1
+                        tally.mono_blank_first += [i - n + 1][:FIRST_FEW - len(tally.mono_blank_first)]
+                    out["src"].append(source + "\n")
+                    out["tgt"].append("\n")
+                    if pairs:
+                        out["pairs"].append(f"{tally.kept}\t{i}\t{BLANK_TARGET}\n")
+                    tally.kept += 1
+                    tally.source_tokens += len(source.split())
+                    tally.monolingual_added += i >= n
+                    continue
                 hyps = [lists[i][k] for k in chosen[i]] if i in lists else []
                 missing = not any(h.strip() for h in hyps)
                 if i in lists:
@@ -196,7 +220,6 @@ def walk(args, src: str, tgt: str, index, inputs: Inputs, settings: dict, key: d
                     tally.mono_missing_first += [i - n + 1][:FIRST_FEW - len(tally.mono_missing_first)]
                 # each sentence's targets as (hypothesis index, text); -1: the reference (--on-missing reference)
                 targets = ([(-1, refs[i - start])] if i < n else []) if missing else list(zip(chosen[i], hyps))
-                source = sources[i - start]
                 source_words = len(source.split())
                 for k, target in targets:
                     words = len(target.split())

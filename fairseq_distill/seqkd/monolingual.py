@@ -6,9 +6,12 @@ UTF-8 with lines ending at ``\\n`` only (:mod:`fairseq_distill.text.files`), seg
 the data directory's own subword model, binarized with its source dictionary. Both
 backends then read the same binarized tokens, as they do for the training source.
 
-An empty (or whitespace-only) line is an error naming its line number: it would give an
-empty source sentence, and skipping it silently would make the line numbers of FILE and
-the pairs disagree. So is a line longer than the teacher accepts.
+A line with nothing visible (empty, or only whitespace and invisible characters such as U+200B
+or U+FEFF) keeps its place as an empty source (``</s>`` alone) and gets an empty target, as
+fsd-translate translates it: skipping it would make the line numbers of FILE and the pairs
+disagree, and what the teacher says for it would be invented. The lines are named. A line that
+the subword model empties, and one longer than the teacher accepts, are errors naming their
+line numbers.
 
 The file is read, checked and segmented a window of lines at a time, so its size does not bound
 memory. The binarized lines live in ``WORK/monolingual`` with a record of the file they came from
@@ -57,40 +60,41 @@ WINDOW = 10_000  # lines read and segmented at a time
 def segment_source(path: str, data_bin: str, write: Callable[[List[str]], None],
                    max_positions: Optional[int] = None) -> int:
     """The lines of ``path`` as space-joined subword pieces, handed to ``write`` a window at a
-    time, checked (every line read first; then the first problem of the first kind refused:
-    an empty line, one emptied by the subword model, one longer than the teacher accepts);
-    returns the number of lines."""
+    time, checked (every line read first; then the first problem of the first kind refused: a
+    line emptied by the subword model, one longer than the teacher accepts); returns the number of
+    lines. A line with nothing visible (empty, or only whitespace and invisible characters such as
+    U+200B or U+FEFF) is kept in its place as an empty source: its target is empty (the merge,
+    :mod:`fairseq_distill.seqkd.merge_walk`), as fsd-translate translates it; the lines are said."""
     lines = iter_lines(path, what="--source ", offers_replace=False)
     segmenter = Segmenter.from_dir(data_bin) if load_meta(data_bin) is not None else None
-    count, blanks, emptied_count, too_long_count = 0, 0, 0, 0
-    blank, emptied, too_long = [], None, None  # the first 11 blank lines' numbers; the first of the others
-    for window in chunks(lines, WINDOW):
-        found = [count + k for k in blank_line_numbers(window)]
-        blanks += len(found)
-        blank += found[:11 - len(blank)]
-        if segmenter is not None and not blanks:
-            pieces = segmenter.encode_lines(window)
-            for k, p in enumerate(pieces):
-                if not p.strip():
-                    emptied_count += 1
-                    emptied = emptied or (count + k + 1, window[k])
-                elif max_positions and len(p.split()) + 1 > max_positions:
-                    too_long_count += 1
-                    too_long = too_long or (count + k + 1, len(p.split()))
-            if not emptied_count and not too_long_count:
-                write(pieces)
-        count += len(window)
-    if not count:
-        raise DistillError(f"--source {path} has no lines")
-    if blanks:
-        raise DistillError(
-            f"--source {path}: line {blank[0]} is empty after normalisation ({blanks} empty line(s): "
-            f"{first_few(blank)}); every line must hold one sentence for "
-            f"the teacher to translate: remove the empty lines (and those of only whitespace, control or zero-width "
-            f"characters)")
     if segmenter is None:
         raise DistillError(f"--source needs the subword model the data was prepared with, but {data_bin} "
                            f"has no fairseq_distill.json (prepare the data with fsd-prepare-corpus)")
+    count, blanks, emptied_count, too_long_count = 0, 0, 0, 0
+    blank, emptied, too_long = [], None, None  # the first 11 blank lines' numbers; the first of the others
+    for window in chunks(lines, WINDOW):
+        found = set(blank_line_numbers(window))
+        blanks += len(found)
+        blank += sorted(count + k for k in found)[:11 - len(blank)]
+        pieces = segmenter.encode_lines(window)
+        for k, p in enumerate(pieces):
+            if k + 1 in found:
+                pieces[k] = ""  # nothing visible: an empty source, binarized as </s> alone
+            elif not p.strip():
+                emptied_count += 1
+                emptied = emptied or (count + k + 1, window[k])
+            elif max_positions and len(p.split()) + 1 > max_positions:
+                too_long_count += 1
+                too_long = too_long or (count + k + 1, len(p.split()))
+        if not emptied_count and not too_long_count:
+            write(pieces)
+        count += len(window)
+    if not count:
+        raise DistillError(f"--source {path} has no lines")
+    if blanks == count:
+        raise DistillError(f"--source {path}: none of its {count:,} lines shows any text (each is empty, or only "
+                           f"whitespace and invisible characters): nothing for the teacher to translate; give a file "
+                           f"of sentences, one per line")
     if emptied:
         raise DistillError(f"--source {path}: line {emptied[0]} ({emptied[1]!r}) is empty after "
                            f"normalisation by the corpus's subword model ({emptied_count} such line(s)); every "
@@ -99,6 +103,10 @@ def segment_source(path: str, data_bin: str, write: Callable[[List[str]], None],
         raise DistillError(
             f"--source {path}: line {too_long[0]} has {too_long[1]} subword tokens, more than the teacher "
             f"accepts ({max_positions - 1}; {too_long_count} such line(s)): split or remove them")
+    if blanks:
+        print(f"[seqkd] --source {path}: {blanks:,} of {count:,} lines show nothing (empty, or only whitespace and "
+              f"invisible characters; lines {first_few(blank)}): each stays in its place with an empty target, as "
+              f"fsd-translate translates it; remove those lines first for no such pairs")
     return count
 
 

@@ -332,3 +332,58 @@ def test_compare_json_over_a_file_that_is_no_comparison_is_refused(tmp_path):
     notes.write_text('{"my": "notes"}')
     said = cli_error(main, argv[:-1] + [str(notes)])
     assert "is not the comparison of fsd-compare" in said and notes.read_text() == '{"my": "notes"}'
+
+
+# -- fsd-seqkd and fsd-prepare-corpus: a directory replaced whole ---------------------------------
+
+def test_seqkd_out_over_a_directory_it_did_not_write_is_refused_before_decoding(tiny_data, tiny_teacher, tmp_path):
+    """The merge moves the new data into --out's place and deletes what was there: a directory of
+    the user's (another data-bin, a results folder) was deleted, exit 0."""
+    from fairseq_distill.cli.seqkd import main
+
+    mine = tmp_path / "experiments"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("a month of notes\n")
+    said = cli_error(main, ["--teacher", tiny_teacher, "--data", tiny_data, "--out", str(mine)])
+    assert said.startswith("seqkd: error: --out") and "is not a data directory of fsd-seqkd" in said
+    assert "give a new --out" in said
+    assert sorted(os.listdir(mine)) == ["notes.txt"] and not os.path.exists(f"{mine}.work")
+    (tmp_path / "file").write_text("x")
+    assert "is a file" in cli_error(main, ["--teacher", tiny_teacher, "--data", tiny_data, "--out",
+                                           str(tmp_path / "file")])
+
+
+def test_seqkd_out_may_be_empty_or_its_own_earlier_data(tmp_path):
+    from fairseq_distill.seqkd.output import check_out
+
+    check_out(str(tmp_path / "new"))
+    (tmp_path / "empty").mkdir()
+    check_out(str(tmp_path / "empty"))
+    (tmp_path / "empty" / ".done.begun").write_text("stage\n")  # recipes/common.sh's marker of a begun stage
+    check_out(str(tmp_path / "empty"))
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "train.de-en.de.bin").write_bytes(b"")
+    (own / "seqkd_made_from.json").write_text("{}")
+    check_out(str(own))
+
+
+def test_prepare_corpus_over_a_data_bin_it_did_not_make_is_refused(tmp_path):
+    """``--out DIR`` whose DIR/bin is a stock fairseq-preprocess output (no fairseq_distill.json):
+    the run would replace it."""
+    from fairseq_distill.cli.prepare_corpus import main
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split in ("train", "valid", "test"):
+        for lang, text in (("de", "Ein Hund.\n"), ("en", "A dog.\n")):
+            (raw / f"{split}.{lang}").write_text(text)
+    out = tmp_path / "out"
+    (out / "bin").mkdir(parents=True)
+    (out / "bin" / "dict.de.txt").write_text("hund 1\n")
+    argv = ["-s", "de", "-t", "en", "--train-prefix", str(raw / "train"), "--valid-prefix", str(raw / "valid"),
+            "--test-prefix", str(raw / "test"), "--out", str(out)]
+    for extra in ([], ["--force"]):
+        said = cli_error(main, argv + extra)
+        assert f"{out / 'bin'} was not made by fsd-prepare-corpus" in said and "even with --force" in said
+    assert sorted(os.listdir(out)) == ["bin"] and (out / "bin" / "dict.de.txt").read_text() == "hund 1\n"

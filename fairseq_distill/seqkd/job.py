@@ -44,7 +44,7 @@ from fairseq_distill.seqkd.inputs import (Inputs, SeqKDJob, Side, check_options,
                                           data_langs, decoding_settings, read_teachers, report_blank_sources,
                                           shard_path, sources_digest)
 from fairseq_distill.seqkd.merge import merge
-from fairseq_distill.seqkd.output import write_output
+from fairseq_distill.seqkd.output import check_out, write_output
 from fairseq_distill.workdir import DirectoryLock, check_output_dir, check_outputs
 
 
@@ -180,6 +180,7 @@ def make_seqkd_data(args: SeqKDJob) -> Optional[dict]:
     if args.work is None and args.out:
         args.work = args.out.rstrip("/") + ".work"
     check_outputs([("--out", args.out), ("--work", args.work)], job_inputs(args))
+    check_out(args.out)
     if args.work is None:
         raise DistillError("pass --work (shard outputs) or --out (new data directory)")
     # a shard made alone locks its part of the work directory; any other run, all of it

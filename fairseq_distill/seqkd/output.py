@@ -20,11 +20,29 @@ import sys
 from typing import Callable, Optional
 
 from fairseq_distill.data_bin import directory_digest
+from fairseq_distill.errors import DistillError
 from fairseq_distill.seqkd.inputs import shard_path
 from fairseq_distill.workdir import DirectoryLock
 
 SUMMARY_FILE = "seqkd_summary.json"
 MADE_FROM_FILE = "seqkd_made_from.json"
+
+
+def check_out(out: Optional[str]):
+    """``--out`` may be new, an empty folder (or one of a recipe's stage markers only) or an earlier
+    data directory of fsd-seqkd (which a merge replaces whole); never another folder or a file: the
+    switch would delete it."""
+    if not out:
+        return
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise DistillError(f"--out {out} is a file; give a new folder for the seq-KD data directory")
+    # a recipe's stage markers (recipes/common.sh: OUT/.done.begun while the stage runs) go with it
+    if not os.path.isdir(out) or all(name == ".done" or name.startswith(".done.") for name in os.listdir(out)):
+        return
+    if not any(os.path.isfile(os.path.join(out, name)) for name in (MADE_FROM_FILE, SUMMARY_FILE)):
+        raise DistillError(f"--out {out} exists and is not a data directory of fsd-seqkd (it holds no {MADE_FROM_FILE}): "
+                           f"the merge replaces --out whole, so it would be lost; give a new --out (or move that "
+                           f"folder)")
 
 
 def staging_root(out: str) -> str:

@@ -44,7 +44,7 @@ import time
 from fairseq_distill.errors import DistillError
 from fairseq_distill.text.binarize import binarize_evaluation, binarize_train, build_dictionary, remove_pieces
 from fairseq_distill.text.segmentation import META_FILE
-from fairseq_distill.text.corpus_steps import (Stages, check_split, run_key, segment_split, vocabulary_of,
+from fairseq_distill.text.corpus_steps import (STAGING, Stages, check_split, run_key, segment_split, vocabulary_of,
                                                write_subword_sample)
 from fairseq_distill.text.files import file_sha256, first_few
 from fairseq_distill.text.teacher_vocabulary import TARGET_SENTENCEPIECE, keep_teacher_pieces
@@ -131,6 +131,20 @@ def differences(made_from, inputs, options, bin_dir=None):
                 was = "" if os.path.abspath(path) == recorded["path"] else f" (prepared from {recorded['path']})"
                 found.append(f"{path} ({split}, {lang}) has changed since it was prepared{was}")
     return found
+
+
+def check_own_folders(out, meta_path):
+    """The folders a preparation writes under ``out`` (raw, tok, bin) are new or its own: an
+    earlier preparation (``bin/fairseq_distill.json``) or an unfinished one (``.prepare``); never
+    folders of another tool (a stock fairseq data-bin), which --force would replace too."""
+    if os.path.exists(meta_path) or os.path.isdir(os.path.join(out, STAGING)):
+        return
+    for name in ("raw", "tok", "bin"):
+        folder = os.path.join(out, name)
+        if os.path.exists(folder):
+            raise DistillError(f"--out {out}: {folder} was not made by fsd-prepare-corpus (there is no "
+                               f"{meta_path}, nor an unfinished preparation): it would be replaced, so it is not, "
+                               f"even with --force; give another --out (or move that folder)")
 
 
 def check_reuse(out, meta_path, inputs, options):
@@ -268,6 +282,7 @@ def prepare(args):
                    for d in ("raw", "tok", "bin", ".prepare")],
                   [(f"--{name}-prefix", inputs[name][lang]) for name, _ in splits for lang in (src, tgt)])
     meta_path = os.path.join(args.out, "bin", META_FILE)
+    check_own_folders(args.out, meta_path)
     if os.path.exists(meta_path) and not args.force:
         check_reuse(args.out, meta_path, inputs, options)
         return meta_path

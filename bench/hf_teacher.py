@@ -21,6 +21,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import time
 
@@ -156,7 +157,12 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--smoke", action="store_true", help="a toy size: 300 pairs, 1+1 layers, 2 epochs")
+    p.add_argument("--finalize", metavar="LOG",
+                   help="a training stopped before its last epoch: record OUT's best checkpoint (test score, "
+                        "SHA-256, teacher.json) from the epochs its log LOG shows, training nothing")
     args = p.parse_args(argv)
+    if args.finalize:
+        return finalize(args)
     from transformers import MarianConfig, MarianMTModel
 
     torch.manual_seed(args.seed)
@@ -229,18 +235,57 @@ def main(argv=None):
             model.save_pretrained(args.out)
             record["best_epoch"] = epoch
     record["train_seconds"] = round(time.time() - started, 1)
-    model = MarianMTModel.from_pretrained(args.out)
+    write_record(args.out, record, test_de, test_en, started)
+
+
+def write_record(out, record, test_de, test_en, started):
+    """Score OUT's saved (best) model on the test set and write ``teacher.json``."""
+    from transformers import MarianMTModel, MarianTokenizer
+
+    model, tokenizer = MarianMTModel.from_pretrained(out), MarianTokenizer.from_pretrained(out)
     bleu, chrf, hyps = evaluate_bleu(model, tokenizer, test_de, test_en, beam=4)
-    with open(os.path.join(args.out + ".spm", "test.hyp.en"), "w", encoding="utf-8") as f:
+    os.makedirs(out.rstrip("/") + ".spm", exist_ok=True)
+    with open(os.path.join(out.rstrip("/") + ".spm", "test.hyp.en"), "w", encoding="utf-8") as f:
         f.write("\n".join(hyps) + "\n")
-    weights = os.path.join(args.out, "model.safetensors")
+    weights = os.path.join(out, "model.safetensors")
     record.update(test_bleu=round(bleu, 2), test_chrf=round(chrf, 2), test="test_2016_flickr, beam 4",
                   model_safetensors_sha256=sha256(weights), model_safetensors_bytes=os.path.getsize(weights),
                   wall_seconds=round(time.time() - started, 1))
-    with open(os.path.join(args.out, "teacher.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(out, "teacher.json"), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2)
-    print(f"[hf-teacher] {params:,} parameters, best epoch {record['best_epoch']}, test BLEU {bleu:.2f}, chrF "
-          f"{chrf:.2f}; {args.out} (model.safetensors {os.path.getsize(weights) / 2**20:.1f} MiB)")
+    print(f"[hf-teacher] {record['parameters']:,} parameters, best epoch {record['best_epoch']}, test BLEU "
+          f"{bleu:.2f}, chrF {chrf:.2f}; {out} (model.safetensors {os.path.getsize(weights) / 2**20:.1f} MiB)")
+
+
+EPOCH_LINE = re.compile(r"\[hf-teacher\] epoch (\d+)/(\d+): (\d+) updates, valid nll ([\d.]+) bits, (\d+)s")
+
+
+def finalize(args):
+    """The record of a training stopped after some epoch (its process ended): the model OUT holds
+    is the one saved at the epoch of lowest validation loss, as a finished run's is."""
+    from transformers import MarianMTModel
+
+    if os.path.exists(os.path.join(args.out, "teacher.json")):
+        sys.exit(f"hf_teacher: {args.out} already holds a trained teacher (teacher.json)")
+    with open(args.finalize, encoding="utf-8") as f:
+        epochs = [m.groups() for m in map(EPOCH_LINE.search, f) if m]
+    if not epochs:
+        sys.exit(f"hf_teacher: {args.finalize} shows no finished epoch ('[hf-teacher] epoch k/N: ...' lines)")
+    started = time.time()
+    rows = [{"epoch": int(k), "updates": int(u), "valid_nll_bits": float(v), "seconds": float(sec)}
+            for k, _, u, v, sec in epochs]
+    planned = int(epochs[0][1])
+    model = MarianMTModel.from_pretrained(args.out)
+    options = {**vars(args), "epochs": planned, "out": os.path.basename(os.path.normpath(args.out))}
+    options.pop("finalize")
+    record = {"what": "MarianMT teacher trained with transformers on Multi30k de->en (bench/hf_teacher.py)",
+              "options": options, "parameters": sum(t.numel() for t in model.parameters()),
+              "train_pairs": len(read("train", "de", 300 if args.smoke else None)), "epochs": rows,
+              "best_epoch": min(rows, key=lambda r: r["valid_nll_bits"])["epoch"],
+              "stopped_after_epoch": rows[-1]["epoch"],
+              "train_seconds": round(sum(r["seconds"] for r in rows), 1)}
+    limit = 50 if args.smoke else None
+    write_record(args.out, record, read("test_2016_flickr", "de", limit), read("test_2016_flickr", "en", limit), started)
 
 
 if __name__ == "__main__":

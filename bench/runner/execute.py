@@ -232,7 +232,7 @@ class Runner:
         # rows taken from the committed results name a checkpoint of the machine that made them
         here = [(n, path) for n, path in trained if os.path.isfile(path)]
         if here:
-            self.say("decoding checkpoints (a plugin architecture decodes with --user-dir "$(fsd-options --user-dir)"):")
+            self.say('decoding checkpoints (a plugin architecture decodes with --user-dir "$(fsd-options --user-dir)"):')
             for name, path in here:
                 self.say(f"  {name}: {os.path.relpath(path) if path.startswith(REPO) else path}")
         elsewhere = [n for n, path in trained if not os.path.isfile(path)]

@@ -32,18 +32,15 @@ unless ``--force``.
 data-bin (a teacher's) instead of learning new ones: the new data then use the teacher's ids,
 and pieces its dictionary lacks binarize as ``<unk>``, counted in the log.
 """
-import contextlib
-import io
 import json
 import logging
 import os
-import re
 import shutil
 import time
 
 from fairseq_distill.errors import DistillError
 from fairseq_distill.text.binarize import binarize_evaluation, binarize_train, build_dictionary, remove_pieces
-from fairseq_distill.text.segmentation import META_FILE
+from fairseq_distill.text.segmentation import META_FILE, learn_subword_nmt, train_sentencepiece
 from fairseq_distill.text.corpus_steps import (STAGING, Stages, check_split, run_key, segment_split, vocabulary_of,
                                                write_subword_sample)
 from fairseq_distill.text.files import file_sha256, first_few
@@ -162,57 +159,6 @@ def check_reuse(out, meta_path, inputs, options):
             f"Rerun with --force (or remove {out}) to prepare it again from these, or choose another --out")
     print(f"[prepare] reusing {out}: it was made from the same inputs and options ({meta_path}); "
           f"--force redoes it")
-
-
-def train_sentencepiece(train_text, model_prefix, vocab_size, model_type):
-    import sentencepiece as spm
-
-    try:
-        spm.SentencePieceTrainer.train(
-            input=train_text,
-            model_prefix=model_prefix,
-            vocab_size=vocab_size,
-            model_type=model_type,
-            character_coverage=1.0,
-            # fairseq's dictionary adds its own specials; keep sentencepiece's ids out of the way
-            bos_id=-1,
-            eos_id=-1,
-            unk_id=0,
-            pad_id=-1,
-            minloglevel=2,
-        )
-    except RuntimeError as e:
-        raise vocab_size_error(str(e), vocab_size) from e
-    return model_prefix + ".model"
-
-
-def vocab_size_error(message, vocab_size):
-    """sentencepiece's complaint about the vocabulary size, as a DistillError naming the limit."""
-    too_high = re.search(r"Please set it to a value <= (\d+)", message)
-    if too_high:
-        return DistillError(
-            f"--vocab-size {vocab_size} is more than sentencepiece can make from this training data; "
-            f"use at most {too_high.group(1)} (or more training data)")
-    too_low = re.search(r"smaller than required_chars\. \d+ vs (\d+)", message)
-    if too_low:
-        # character_coverage=1.0 keeps every character as a piece, plus the one special piece <unk>
-        smallest = int(too_low.group(1)) + 1
-        return DistillError(
-            f"--vocab-size {vocab_size} is too small: the training data has {too_low.group(1)} distinct "
-            f"characters, each needs a piece of its own, plus <unk>; use at least {smallest}")
-    return DistillError(f"sentencepiece could not train with --vocab-size {vocab_size}: {message}")
-
-
-def learn_subword_nmt(train_text, codes_path, num_merges):
-    from subword_nmt.learn_bpe import learn_bpe
-
-    # newline="\n": learn from the lines as they were read, not re-split at a bare \r
-    # its progress bar (one tick per merge, on stderr) would scroll through a log: one line per
-    # stage is printed instead
-    with open(train_text, encoding="utf-8", newline="\n") as inp, \
-            open(codes_path, "w", encoding="utf-8") as out, contextlib.redirect_stderr(io.StringIO()):
-        learn_bpe(inp, out, num_merges)
-    return codes_path
 
 
 def check_binarized(bin_dir, tok_dir, src, tgt, sizes):

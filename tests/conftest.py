@@ -52,6 +52,17 @@ def pytest_collection_modifyitems(config, items):
                                     f"{missing}")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _matplotlib_font_cache():
+    """matplotlib builds its font cache the first time it is imported on a machine, and runs
+    fc-list to do it: a process the guard below refuses in whichever fast test (the heat maps)
+    imports it first. Building it here, outside any test, keeps that test in-process."""
+    try:
+        import matplotlib.font_manager  # noqa: F401
+    except ImportError:
+        pass
+
+
 @pytest.fixture(autouse=True)
 def _fast_tests_start_no_process(request, monkeypatch):
     """The fast tier is in-process: a test not marked slow may not start a process."""

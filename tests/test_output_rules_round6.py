@@ -387,3 +387,25 @@ def test_prepare_corpus_over_a_data_bin_it_did_not_make_is_refused(tmp_path):
         said = cli_error(main, argv + extra)
         assert f"{out / 'bin'} was not made by fsd-prepare-corpus" in said and "even with --force" in said
     assert sorted(os.listdir(out)) == ["bin"] and (out / "bin" / "dict.de.txt").read_text() == "hund 1\n"
+
+
+# -- fsd-benchmark-corpus ---------------------------------------------------------------------
+
+def test_a_benchmark_corpus_is_not_written_over_text_it_did_not_write(tmp_path):
+    """--out holding a user's own train.de (no counts.json): before, the protocol replaced it."""
+    from fairseq_distill.cli import benchmark_corpus
+
+    out = tmp_path / "text"
+    out.mkdir()
+    (out / "train.de").write_text("my own corpus\n")
+    archive = tmp_path / "de-en.tgz"
+    archive.write_bytes(b"not read: the folder is refused first")
+    said = cli_error(benchmark_corpus.main, ["iwslt14_de_en", "--archive", str(archive), "--out", str(out)])
+    assert "holds train.de but no counts.json" in said and "give another --out" in said
+    assert (out / "train.de").read_text() == "my own corpus\n"
+    assert sorted(p.name for p in out.iterdir()) == ["train.de"]
+    # a counts.json that is not this tool's record does not make the folder its own
+    (out / "counts.json").write_text("[1, 2]")
+    said = cli_error(benchmark_corpus.main, ["iwslt14_de_en", "--archive", str(archive), "--out", str(out)])
+    assert "is not a record of fsd-benchmark-corpus" in said
+    assert (out / "train.de").read_text() == "my own corpus\n"

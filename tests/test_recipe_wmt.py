@@ -288,6 +288,14 @@ def test_the_commands_know_the_wmt_corpora(archives, tmp_path):
     benchmark_corpus.main(["wmt16_en_de", "--archive", archives, "--out", str(tmp_path / "text")])
     record = json.loads((tmp_path / "text" / "counts.json").read_text())
     assert record["corpus"] == "wmt16_en_de" and record["lines"]["test"] == {"en": 5, "de": 5}
+    # its own earlier output is replaced by a rerun; another corpus is not written into it
+    before = (tmp_path / "text" / "train.de").read_text(encoding="utf-8")
+    benchmark_corpus.main(["wmt16_en_de", "--archive", archives, "--out", str(tmp_path / "text")])
+    assert (tmp_path / "text" / "train.de").read_text(encoding="utf-8") == before
+    with pytest.raises(SystemExit) as refused:
+        benchmark_corpus.main(["wmt14_en_de", "--archive", archives, "--out", str(tmp_path / "text")])
+    assert "holds the wmt16_en_de corpus" in str(refused.value)
+    assert (tmp_path / "text" / "train.de").read_text(encoding="utf-8") == before
     hyps = tmp_path / "hyps.txt"
     hyps.write_text((tmp_path / "text" / "test.de").read_text(encoding="utf-8"), encoding="utf-8")
     (tmp_path / "teacher.json").write_text(json.dumps({"hypotheses": str(hyps)}))

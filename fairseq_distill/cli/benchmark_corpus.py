@@ -9,14 +9,58 @@ import json
 import os
 
 from fairseq_distill.cli.common import cli_parser, run_cli
+from fairseq_distill.errors import DistillError
 
 CORPORA = ("iwslt14_de_en", "wmt14_en_de", "wmt16_en_de")
+
+
+# the files a protocol writes into --out (both protocols: de and en); counts.json, written last,
+# is the record of a finished run, MARKER (written first) says the folder is this tool's while it runs
+PROTOCOL_FILES = tuple(f"{split}.{lang}" for split in ("train", "valid", "test", "test.orig") for lang in ("de", "en"))
+RECORD = "counts.json"
+MARKER = ".fsd-benchmark-corpus.json"
+
+
+def check_out_folder(out, corpus):
+    """--out may hold this tool's earlier (or unfinished) output of the same corpus, which is
+    replaced; a file of the protocol's names that this tool did not write is never replaced."""
+    from fairseq_distill.workdir import read_json_record
+
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise DistillError(f"--out {out} is a file; give --out a folder (new, or one this tool wrote)")
+    for name in (RECORD, MARKER):
+        path = os.path.join(out, name)
+        if not os.path.exists(path):
+            continue
+        record = read_json_record(path)
+        if not isinstance(record, dict) or "corpus" not in record:
+            raise DistillError(f"--out {out}: {path} is not a record of fsd-benchmark-corpus, so the folder is "
+                               f"not its output and its files would be lost; give another --out")
+        if record["corpus"] != corpus:
+            raise DistillError(f"--out {out} holds the {record['corpus']} corpus; writing {corpus} there would "
+                               f"mix the two; give another --out (or remove {out})")
+        return
+    found = [name for name in PROTOCOL_FILES if os.path.exists(os.path.join(out, name))]
+    if found:
+        raise DistillError(f"--out {out} holds {found[0]} but no {RECORD}, so fsd-benchmark-corpus did not write "
+                           f"it and would replace it: give another --out (or move {', '.join(found[:3])})")
+
+
+def write_json(path, record):
+    from fairseq_distill.workdir import files_written_aside
+
+    with files_written_aside(path) as (tmp,):
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2)
 
 
 def prepare(args):
     from fairseq_distill.workdir import check_outputs
 
     check_outputs([("--out", args.out)], [("--archive", args.archive)])
+    check_out_folder(args.out, args.corpus)
+    os.makedirs(args.out, exist_ok=True)
+    write_json(os.path.join(args.out, MARKER), {"corpus": args.corpus})
     if args.corpus in ("wmt14_en_de", "wmt16_en_de"):
         from fairseq_distill.corpora import wmt
 
@@ -25,8 +69,8 @@ def prepare(args):
         from fairseq_distill.corpora import iwslt14
 
         counts = iwslt14.prepare(args.archive, args.out)
-    with open(os.path.join(args.out, "counts.json"), "w", encoding="utf-8") as f:
-        json.dump({"corpus": args.corpus, "archive": os.path.abspath(args.archive), "lines": counts}, f, indent=2)
+    write_json(os.path.join(args.out, RECORD),
+               {"corpus": args.corpus, "archive": os.path.abspath(args.archive), "lines": counts})
 
 
 def main(argv=None):

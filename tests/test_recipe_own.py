@@ -164,6 +164,38 @@ def test_smoke_from_a_file_of_translations(corpus, tmp_path):
 
 
 
+def test_smoke_from_a_hugging_face_teacher_interrupted_and_rerun(corpus, tmp_path):
+    """A MarianMT teacher end to end (its pieces, CTranslate2 seq-KD, its cache, the student): the
+    run is interrupted (Ctrl-C) once the teacher's seq-KD stage has begun, and the same command
+    again keeps what was finished and completes."""
+    import signal
+
+    from hf_models import marian_teacher
+
+    teacher = marian_teacher(str(tmp_path / "opus-mt-de-en"))
+    out = tmp_path / "work"
+    args = [*base(corpus, out), "--test", corpus / "test", "--teacher", teacher, "--smoke"]
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    proc = subprocess.Popen(["bash", RUN, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env, cwd=REPO, start_new_session=True)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("+ fsd-seqkd"):
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=120) != 0, "".join(seen) + rest
+    assert not (out / "seqkd" / ".done").exists() and not (out / "results.md").exists()
+    said = recipe(*args).stdout
+    assert said.startswith(f"[own] teacher: huggingface ({teacher}); method: seqkd+word_kd")
+    assert "[prepare] done" in said  # kept from the interrupted run
+    results = (out / "results.md").read_text()
+    assert "no report card beside it" in results and (out / "student-int8" / "model.bin").is_file()
+    state = torch.load(out / "runs" / "student" / "checkpoint_best.pt", weights_only=False)
+    assert state["cfg"]["criterion"]["_name"] == "word_kd"
+
+
 def test_the_teachers_stages_shared_out_over_machines_at_a_dry_run(corpus, tmp_path):
     """--num-shards N --shard-id I runs only shard I of the seq-KD or cache stage; the same command
     without --shard-id merges; other stages, a shard id out of range and a file of translations
@@ -189,3 +221,23 @@ def test_the_teachers_stages_shared_out_over_machines_at_a_dry_run(corpus, tmp_p
     ]:
         proc = recipe(*base(corpus, out), "--dry-run", *args, check=False)
         assert proc.returncode == 2 and message in proc.stdout, (args, proc.stdout[-1500:])
+
+
+def test_make_demo_is_this_recipe_on_multi30k_with_the_committed_hugging_face_teacher(tmp_path):
+    """scripts/demo.sh (make demo) at a dry run: the shipped Multi30k, the committed MarianMT
+    teacher, the recipe's stages in order, everything under DEMO_WORKDIR."""
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
+               DEMO_SETUP="0", DEMO_WORKDIR=str(tmp_path / "demo"))
+    proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "demo.sh"), "--dry-run"], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert proc.stdout.startswith("[own] teacher: huggingface (bench/teachers/hf-marian-multi30k); "
+                                  "method: seqkd+word_kd; student: tiny")
+    steps = commands(proc.stdout)
+    assert [s.split()[1] for s in steps] == ["python", "fsd-prepare-corpus", "fsd-seqkd", "fsd-cache-teacher",
+                                             "fairseq-train", "fsd-export-ctranslate2", "mkdir", "fsd-evaluate",
+                                             "python"]
+    assert steps[0].split()[3:9] == ["split", "de", "en", "data/multi30k/train", "data/multi30k/val",
+                                     "data/multi30k/test_2016_flickr"]
+    assert "--vocabulary-from bench/teachers/hf-marian-multi30k" in steps[1]
+    assert all(str(tmp_path / "demo") in s for s in steps[1:])

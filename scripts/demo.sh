@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The demo: recipes/own/run.sh, the recipe for your own data and teacher, on the shipped Multi30k
-# de->en with the committed Hugging Face MarianMT teacher (bench/teachers/hf-marian-multi30k):
-# the text prepared in the teacher's pieces, seq-KD data (MBR over its 8 best), its top-8 cache,
-# a 2+2, d = 64 student trained on both, exported to CTranslate2 int8 and evaluated.
+# de->en with no teacher given: it trains the small teacher (--teacher-size small: 3+3, d = 128,
+# 5 epochs), makes seq-KD data (MBR over its 8 best) and its top-8 cache, trains a 2+2, d = 64
+# student on both, exports it to CTranslate2 int8 and writes the report card (fsd-report).
 # OUT/results.md says what came out and how to translate a file with it. Rerunning keeps the
 # finished stages. Extra arguments go to the recipe (e.g. --student base, --dry-run).
 #   DEMO_WORKDIR=dir   where everything goes (default work/own-demo)
@@ -14,5 +14,4 @@ if [ "${DEMO_SETUP:-1}" != 0 ]; then
   export PATH="$PWD/.venv/bin:$PATH"
 fi
 exec bash recipes/own/run.sh -s de -t en --train data/multi30k/train --valid data/multi30k/val \
-  --test data/multi30k/test_2016_flickr --teacher bench/teachers/hf-marian-multi30k \
-  --out "${DEMO_WORKDIR:-work/own-demo}" "$@"
+  --test data/multi30k/test_2016_flickr --teacher-size small --out "${DEMO_WORKDIR:-work/own-demo}" "$@"

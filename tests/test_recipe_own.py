@@ -223,21 +223,28 @@ def test_the_teachers_stages_shared_out_over_machines_at_a_dry_run(corpus, tmp_p
         assert proc.returncode == 2 and message in proc.stdout, (args, proc.stdout[-1500:])
 
 
-def test_make_demo_is_this_recipe_on_multi30k_with_the_committed_hugging_face_teacher(tmp_path):
-    """scripts/demo.sh (make demo) at a dry run: the shipped Multi30k, the committed MarianMT
-    teacher, the recipe's stages in order, everything under DEMO_WORKDIR."""
+def test_make_demo_is_this_recipe_on_multi30k_with_no_teacher_given(tmp_path):
+    """scripts/demo.sh (make demo) at a dry run: the shipped Multi30k, no teacher given, so the
+    recipe trains its small teacher (3+3, 5 epochs at lr 0.002, the later flags fairseq keeps),
+    then every stage to the report card, everything under DEMO_WORKDIR."""
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
                DEMO_SETUP="0", DEMO_WORKDIR=str(tmp_path / "demo"))
     proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "demo.sh"), "--dry-run"], stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-4000:]
-    assert proc.stdout.startswith("[own] teacher: huggingface (bench/teachers/hf-marian-multi30k); "
-                                  "method: seqkd+word_kd; student: tiny")
+    assert proc.stdout.startswith("[own] teacher: none; method: seqkd+word_kd; student: tiny")
     steps = commands(proc.stdout)
-    assert [s.split()[1] for s in steps] == ["python", "fsd-prepare-corpus", "fsd-seqkd", "fsd-cache-teacher",
-                                             "fairseq-train", "fsd-export-ctranslate2", "mkdir", "fsd-evaluate",
-                                             "python"]
+    assert [s.split()[1] for s in steps] == ["python", "fsd-prepare-corpus", "fairseq-train", "fsd-seqkd",
+                                             "fsd-cache-teacher", "fairseq-train", "fsd-export-ctranslate2",
+                                             "fsd-report", "python"]
     assert steps[0].split()[3:9] == ["split", "de", "en", "data/multi30k/train", "data/multi30k/val",
                                      "data/multi30k/test_2016_flickr"]
-    assert "--vocabulary-from bench/teachers/hf-marian-multi30k" in steps[1]
+    teacher = steps[2].rstrip()
+    assert "--encoder-layers 3 --decoder-layers 3" in teacher and teacher.endswith(
+        f"--max-epoch 5 --lr 0.002 --warmup-updates 300 --cpu --save-dir {tmp_path / 'demo' / 'runs' / 'teacher'}")
     assert all(str(tmp_path / "demo") in s for s in steps[1:])
+    # the size is for a teacher the recipe trains
+    proc = subprocess.run(["bash", RUN, "-s", "de", "-t", "en", "--train", "x", "--valid", "y", "--teacher", "t.pt",
+                           "--teacher-size", "small"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=env)
+    assert proc.returncode == 2 and "--teacher-size sizes the teacher the recipe trains" in proc.stdout

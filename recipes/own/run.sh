@@ -3,15 +3,17 @@
 # report card, every fsd-* step chained for you.
 #
 #   recipes/own/run.sh -s SRC -t TGT --train PREFIX --valid PREFIX [--test PREFIX] [--mono FILE]
-#       [--teacher PATH] [--teacher-data DATA_BIN] [--method M] [--student tiny|base] [--out DIR]
+#       [--teacher PATH | --teacher-size papers|small] [--teacher-data DATA_BIN] [--method M]
+#       [--student tiny|base] [--out DIR]
 #       [--gpus N] [--no-fp16] [--stage NAME] [--num-shards N [--shard-id I]] [--dry-run] [--smoke]
 #
 # PREFIX.SRC and PREFIX.TGT (or .gz) are raw, aligned text, one sentence a line. Without --test the
 # last pairs of the training text (at most 1,000, at most a twentieth) are held out as the test set.
 # --mono FILE: more source text for the teacher to translate into seq-KD data.
 # --teacher, its kind detected and said first:
-#   (none)            a teacher is trained: 6+6 layers, d = 128, FFN 512, 4 heads, 20 epochs (3.80M
-#                     parameters at an 8,000-piece vocabulary)
+#   (none)            a teacher is trained, --teacher-size papers (the default): 6+6 layers, d = 128,
+#                     FFN 512, 4 heads, 20 epochs (3.80M parameters at an 8,000-piece vocabulary); small:
+#                     3+3, d = 128, 5 epochs at lr 0.002 after 300 warm-up updates (make demo's)
 #   CHECKPOINT.pt     a fairseq teacher; the text is prepared on its vocabulary (--teacher-data, the
 #                     data-bin it was trained on, else the one its checkpoint names)
 #   DIR (config.json) a Hugging Face MarianMT or M2M100/NLLB model with its tokenizer: every method; the
@@ -35,11 +37,11 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../common.sh"
 RECIPE=own
 STAGES="prepare teacher seqkd cache student export report"
-HELP_LINES=31
+HELP_LINES=33
 METHODS="auto none seqkd word_kd pkd ckd alp_kd a2d"
 
 SRC="" TGT="" TRAIN_PREFIX="" VALID_PREFIX="" TEST_PREFIX="-" MONO="" TEACHER_PATH="" TEACHER_DATA=""
-METHOD=auto STUDENT=tiny OUT=work/own GPUS=0 FP16=1 STAGE=all DRY_RUN=0 SMOKE=0 NUM_SHARDS=1 SHARD_ID=""
+TEACHER_SIZE=papers METHOD=auto STUDENT=tiny OUT=work/own GPUS=0 FP16=1 STAGE=all DRY_RUN=0 SMOKE=0 NUM_SHARDS=1 SHARD_ID=""
 while [ $# -gt 0 ]; do
   case "$1" in
     -s) SRC="$2"; shift 2 ;;
@@ -50,13 +52,14 @@ while [ $# -gt 0 ]; do
     --mono) MONO="$2"; shift 2 ;;
     --teacher) TEACHER_PATH="$2"; shift 2 ;;
     --teacher-data) TEACHER_DATA="$2"; shift 2 ;;
+    --teacher-size) TEACHER_SIZE="$2"; shift 2 ;;
     --method) METHOD="$2"; shift 2 ;;
     --student) STUDENT="$2"; shift 2 ;;
     --num-shards) NUM_SHARDS="$2"; shift 2 ;;
     --shard-id) SHARD_ID="$2"; shift 2 ;;
     *) if run_option "$@"; then shift "$TAKEN"; else
          echo "run.sh: unknown option '$1'; valid: -s, -t, --train, --valid, --test, --mono, --teacher," \
-              "--teacher-data, --method, --student, --out, --gpus, --no-fp16, --stage, --num-shards, --shard-id," \
+              "--teacher-data, --teacher-size, --method, --student, --out, --gpus, --no-fp16, --stage, --num-shards, --shard-id," \
               "--dry-run, --smoke" >&2; exit 2
        fi ;;
   esac
@@ -66,6 +69,12 @@ for pair in "-s:$SRC" "-t:$TGT" "--train:$TRAIN_PREFIX" "--valid:$VALID_PREFIX";
 done
 case " $METHODS " in *" $METHOD "*) ;; *) echo "run.sh: unknown --method '$METHOD'; valid: ${METHODS// /, }" >&2; exit 2 ;; esac
 case "$STUDENT" in tiny|base) ;; *) echo "run.sh: unknown --student '$STUDENT'; valid: tiny, base" >&2; exit 2 ;; esac
+case "$TEACHER_SIZE" in papers|small) ;; *) echo "run.sh: unknown --teacher-size '$TEACHER_SIZE'; valid: papers, small" >&2
+                                            exit 2 ;; esac
+if [ "$TEACHER_SIZE" != papers ] && [ -n "$TEACHER_PATH" ]; then
+  echo "run.sh: --teacher-size sizes the teacher the recipe trains; with --teacher $TEACHER_PATH none is trained:" \
+       "give one of them" >&2; exit 2
+fi
 case " $STAGES all " in *" $STAGE "*) ;; *) echo "run.sh: unknown --stage '$STAGE'; valid: $STAGES (or all)" >&2; exit 2 ;; esac
 case "$GPUS" in ''|*[!0-9]*) echo "run.sh: --gpus must be a number of GPUs (0: the CPU), got '$GPUS'" >&2; exit 2 ;; esac
 if [ -n "$MONO" ] && [ ! -f "$MONO" ]; then echo "run.sh: --mono $MONO: no such file" >&2; exit 2; fi
@@ -132,6 +141,13 @@ TRAIN=(--arch transformer --share-all-embeddings --optimizer adam --adam-betas "
 TEACHER_SHAPE=(--encoder-layers 6 --decoder-layers 6 --encoder-embed-dim 128 --decoder-embed-dim 128
                --encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512 --encoder-attention-heads 4
                --decoder-attention-heads 4 --dropout 0.2 --max-epoch 20)
+if [ "$TEACHER_SIZE" = small ]; then
+  # the demo's teacher: half the depth and a quarter of the epochs, at a higher rate with a shorter
+  # warm-up so that so few updates still train it (fairseq takes a flag's last value)
+  TEACHER_SHAPE=(--encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 128 --decoder-embed-dim 128
+                 --encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512 --encoder-attention-heads 4
+                 --decoder-attention-heads 4 --dropout 0.1 --max-epoch 5 --lr 0.002 --warmup-updates 300)
+fi
 if [ "$STUDENT" = tiny ]; then
   STUDENT_SHAPE=(--encoder-embed-dim 64 --decoder-embed-dim 64 --encoder-ffn-embed-dim 256 --decoder-ffn-embed-dim 256
                  --dropout 0.1)

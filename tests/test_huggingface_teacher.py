@@ -4,6 +4,7 @@ its own teacher-forced forward does, position for position, masked rows stay mas
 teachers are refused in one line."""
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -292,6 +293,16 @@ def test_mass_outside_the_kept_pieces_is_counted(marian):
     assert 0.0 < outside / positions < 1.0
 
 
+
+def test_the_merged_cache_records_the_mass_outside_weighted_by_each_shards_tokens():
+    from fairseq_distill.teacher.cache_writer import outside_mass_of
+
+    # shard 0: 0.10 over 300 tokens, shard 1: 0.40 over 100: (30 + 40) / 400
+    records = [{"tokens": 300, "teacher_mass_outside_vocabulary": 0.10},
+               {"tokens": 100, "teacher_mass_outside_vocabulary": 0.40}]
+    assert outside_mass_of(records) == {"teacher_mass_outside_vocabulary": pytest.approx(0.175)}
+    assert outside_mass_of([{"tokens": 300}]) == {}  # a fairseq teacher measures none
+
 # -- refusals: one line each ------------------------------------------------------------------------
 
 def test_a_data_bin_of_another_vocabulary_is_refused_naming_both(marian, tiny_data):
@@ -441,6 +452,9 @@ def test_from_a_marian_model_directory_to_a_deployed_student(tmp_path):
     cache = run(python_module("fairseq_distill.cli.cache_teacher", "--teacher", teacher, "--data", data, "--top-k", "8",
                               "--out", str(tmp_path / "cache"), "--cpu")).stdout
     assert "on pieces outside the student's vocabulary" in cache
+    said = re.search(r"put ([0-9.]+)% of its probability", cache)
+    recorded = json.load(open(tmp_path / "cache" / "meta.json"))["extra"]["teacher_mass_outside_vocabulary"]
+    assert 0 < recorded < 1 and abs(100 * recorded - float(said.group(1))) < 1e-3  # the one shard's, recorded
     run(python_module("fairseq_cli.train", data, *TRAIN_FLAGS, *TINY_MODEL, "--user-dir", PACKAGE_DIR,
                       "--task", "translation_distill", "--teacher-path", teacher, "--teacher-cache",
                       str(tmp_path / "cache"), "--criterion", "distill", "--distill-terms", "word_kd,ckd",

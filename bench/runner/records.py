@@ -128,7 +128,9 @@ def cache_record(plan: Plan, step, wall_seconds: float) -> dict:
             "index_dtype": meta["index_dtype"], "sentences": meta["sentences"], "tokens": meta["tokens"],
             "bytes": size, "mb_per_1000_tokens": round(size / meta["tokens"] * 1000 / 1e6, 4),
             "teacher_seconds": meta["build_seconds"], "wall_seconds": round(wall_seconds, 1),
-            "tokens_per_second": round(meta["tokens"] / max(meta["build_seconds"], 1e-9), 1), "cpu": cpu_model()}
+            "tokens_per_second": round(meta["tokens"] / max(meta["build_seconds"], 1e-9), 1), "cpu": cpu_model(),
+            # a Hugging Face teacher's probability on pieces the student's vocabulary dropped
+            **{k: v for k, v in meta.get("extra", {}).items() if k == "teacher_mass_outside_vocabulary"}}
 
 
 # what a pretrained model's own record of its making (``teacher.json``, as bench/hf_teacher.py

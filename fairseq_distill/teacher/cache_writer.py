@@ -250,6 +250,17 @@ def write_in_corpus_order(job: CacheJob, records, shard_of, first_row, shard_row
         bar.close()
 
 
+def outside_mass_of(records) -> dict:
+    """A Hugging Face teacher's mean probability (per target token) on the pieces the student's
+    vocabulary does not keep, over every shard (weighted by its tokens); {} for a fairseq teacher."""
+    measured = [r for r in records if "teacher_mass_outside_vocabulary" in r]
+    tokens = sum(r["tokens"] for r in measured)
+    if not measured or not tokens:
+        return {}
+    mass = sum(r["teacher_mass_outside_vocabulary"] * r["tokens"] for r in measured) / tokens
+    return {"teacher_mass_outside_vocabulary": mass}
+
+
 def merge_shards(job: CacheJob, dataset, task, digest: str) -> CacheMeta:
     """Move every shard's rows to corpus order in new arrays beside the old, then switch: the
     old ``meta.json`` goes first, the arrays move into place, the new ``meta.json`` comes last."""
@@ -288,6 +299,7 @@ def merge_shards(job: CacheJob, dataset, task, digest: str) -> CacheMeta:
         temperature=settings["temperature"], value_dtype=settings["dtype"], index_dtype=idx_type.name,
         build_seconds=round(sum(r["seconds"] for r in records), 1),
         array_bytes={name: os.path.getsize(path) for name, path in partial.items()},
+        extra=outside_mass_of(records),
     )
     # the switch: without meta.json a reader refuses the directory, whatever state its arrays are in
     if os.path.exists(os.path.join(job.out, META_FILE)):

@@ -134,7 +134,7 @@ def main(argv=None):
         rows.append({"teacher_vocabulary": vocabulary, "student_vocabulary": student_vocabulary,
                      "cache_peak_mib": round(cache_mib, 1), "cache_seconds": round(cache_s, 1),
                      "cache_tokens": meta.get("tokens"),
-                     "teacher_mass_outside_vocabulary": meta.get("teacher_mass_outside_vocabulary"),
+                     "teacher_mass_outside_vocabulary": meta["extra"].get("teacher_mass_outside_vocabulary"),
                      "train_5_updates_peak_mib": round(train_mib, 1), "train_5_updates_seconds": round(train_s, 1)})
         print(json.dumps(rows[-1]))
     result = {"what": "peak resident memory of a Hugging Face teacher at NLLB-200's vocabulary size, CPU",

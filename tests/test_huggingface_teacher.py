@@ -297,10 +297,11 @@ def test_mass_outside_the_kept_pieces_is_counted(marian):
 def test_the_merged_cache_records_the_mass_outside_weighted_by_each_shards_tokens():
     from fairseq_distill.teacher.cache_writer import outside_mass_of
 
-    # shard 0: 0.10 over 300 tokens, shard 1: 0.40 over 100: (30 + 40) / 400
-    records = [{"tokens": 300, "teacher_mass_outside_vocabulary": 0.10},
-               {"tokens": 100, "teacher_mass_outside_vocabulary": 0.40}]
-    assert outside_mass_of(records) == {"teacher_mass_outside_vocabulary": pytest.approx(0.175)}
+    # shard 0 measured 0.10 on 300 of its tokens, shard 1 0.40 on 100: (30 + 40) / 400
+    records = [{"tokens": 2400, "teacher_mass_outside_vocabulary": 0.10, "teacher_mass_measured_tokens": 300},
+               {"tokens": 800, "teacher_mass_outside_vocabulary": 0.40, "teacher_mass_measured_tokens": 100}]
+    assert outside_mass_of(records) == {"teacher_mass_outside_vocabulary": pytest.approx(0.175),
+                                        "teacher_mass_measured_tokens": 400}
     assert outside_mass_of([{"tokens": 300}]) == {}  # a fairseq teacher measures none
 
 # -- refusals: one line each ------------------------------------------------------------------------

@@ -130,7 +130,7 @@ def cache_record(plan: Plan, step, wall_seconds: float) -> dict:
             "teacher_seconds": meta["build_seconds"], "wall_seconds": round(wall_seconds, 1),
             "tokens_per_second": round(meta["tokens"] / max(meta["build_seconds"], 1e-9), 1), "cpu": cpu_model(),
             # a Hugging Face teacher's probability on pieces the student's vocabulary dropped
-            **{k: v for k, v in meta.get("extra", {}).items() if k == "teacher_mass_outside_vocabulary"}}
+            **{k: v for k, v in meta.get("extra", {}).items() if k.startswith("teacher_mass_")}}
 
 
 # what a pretrained model's own record of its making (``teacher.json``, as bench/hf_teacher.py

@@ -131,6 +131,34 @@ def test_the_hf_teacher_states_its_layout_and_stays_frozen_in_the_ensemble(pair,
                            after[k].double() if after[k].is_floating_point() else after[k]) for k in before)
 
 
+
+def test_a_mixed_ensemble_of_a_fairseq_teacher_and_its_m2m100_copy_averages_like_either(pair, tiny_data, tmp_path):
+    """--teacher-path fairseq.pt:HF_DIR: one teacher of each kind, same vocabulary. The two are
+    the same network, so the ensemble's distribution is each one's (the mean of two equal
+    distributions), and each member answers every feature request."""
+    from omegaconf import OmegaConf
+
+    task, model, teacher, out, sample = pair
+    cfg, _, _ = build(tiny_data, "--task", "translation_distill", model=PRENORM)
+    checkpoint = tmp_path / "fairseq_teacher.pt"
+    # weights only, laid out as fsd-export-student writes a decoding checkpoint
+    torch.save({"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True), "model": model.state_dict(),
+                "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "none",
+                                       "lr_scheduler_state": {}, "num_updates": 0}], "extra_state": {}}, checkpoint)
+    ensemble = TeacherEnsemble.load(f"{checkpoint}:{out}", task)
+    assert [type(m).__name__ for m in ensemble.models][1] == type(teacher).__name__
+    like = torch.zeros(1)
+    fairseq_features, hf_features = ensemble.features(sample["net_input"], EVERYTHING, like)
+    _, tgt_real = masks(task, sample)
+    symbols = task.target_dictionary.symbols
+    kept = [i for i, s in enumerate(symbols) if s not in ("<s>", "<pad>")]
+    mixed = ensemble_log_probs([fairseq_features.logits.masked_fill(
+        torch.tensor([s in ("<s>", "<pad>") for s in symbols]), float("-inf")), hf_features.logits])
+    alone = ensemble_log_probs([hf_features.logits])
+    assert torch.allclose(mixed[..., kept][tgt_real], alone[..., kept][tgt_real], atol=1e-5)
+    for f in (fairseq_features, hf_features):
+        assert len(f.encoder_states) == len(f.decoder_states) == 3 and len(f.attention["decoder_cross"]) == 2
+
 # -- MarianMT: its own sentencepiece models, <pad> as the decoder's start, absolute positions ----------
 
 @pytest.fixture(scope="module")

@@ -242,6 +242,8 @@ def test_make_demo_is_this_recipe_on_multi30k_with_no_teacher_given(tmp_path):
     teacher = steps[2].rstrip()
     assert "--encoder-layers 3 --decoder-layers 3" in teacher and teacher.endswith(
         f"--max-epoch 5 --lr 0.002 --warmup-updates 300 --cpu --save-dir {tmp_path / 'demo' / 'runs' / 'teacher'}")
+    assert "--backend ctranslate2 --beam 8 --nbest 8 --select mbr" in steps[3]
+    assert "--max-epoch 5 " in steps[5] and "--criterion word_kd" in steps[5]
     assert all(str(tmp_path / "demo") in s for s in steps[1:])
     # the size is for a teacher the recipe trains
     proc = subprocess.run(["bash", RUN, "-s", "de", "-t", "en", "--train", "x", "--valid", "y", "--teacher", "t.pt",

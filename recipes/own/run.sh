@@ -4,7 +4,7 @@
 #
 #   recipes/own/run.sh -s SRC -t TGT --train PREFIX --valid PREFIX [--test PREFIX] [--mono FILE]
 #       [--teacher PATH | --teacher-size papers|small] [--teacher-data DATA_BIN] [--method M]
-#       [--student tiny|base] [--out DIR]
+#       [--student tiny|base] [--student-epochs N] [--out DIR]
 #       [--gpus N] [--no-fp16] [--stage NAME] [--num-shards N [--shard-id I]] [--dry-run] [--smoke]
 #
 # PREFIX.SRC and PREFIX.TGT (or .gz) are raw, aligned text, one sentence a line. Without --test the
@@ -25,7 +25,9 @@
 #   a top-8 cache of the teacher over it; with a CTranslate2 model or translations: seq-KD data only
 #   (the other methods read the teacher's outputs during training). Why: docs/guides.md, README.
 # --student: tiny (2+2, d = 64, FFN 256; 0.75M parameters at 8,000 pieces) or base (2+2, d = 128, FFN
-#   512; 1.95M), 10 epochs. --gpus N, --no-fp16, --stage, --dry-run, --smoke as in the other recipes.
+#   512; 1.95M), --student-epochs N (default 10). --gpus N, --no-fp16, --stage, --dry-run, --smoke as in
+#   the other recipes. The teacher the recipe trains makes its seq-KD data through CTranslate2 (faster
+#   on CPUs); a fairseq teacher given decodes with fairseq-generate (any architecture).
 # Stages: prepare teacher seqkd cache student export report (each kept once done, refused when its
 # settings change). OUT/results.md opens with the deployable student and the command to use it.
 # --num-shards N --shard-id I, with --stage seqkd or cache: only the teacher's shard I of N (one per
@@ -37,11 +39,11 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../common.sh"
 RECIPE=own
 STAGES="prepare teacher seqkd cache student export report"
-HELP_LINES=33
+HELP_LINES=35
 METHODS="auto none seqkd word_kd pkd ckd alp_kd a2d"
 
 SRC="" TGT="" TRAIN_PREFIX="" VALID_PREFIX="" TEST_PREFIX="-" MONO="" TEACHER_PATH="" TEACHER_DATA=""
-TEACHER_SIZE=papers METHOD=auto STUDENT=tiny OUT=work/own GPUS=0 FP16=1 STAGE=all DRY_RUN=0 SMOKE=0 NUM_SHARDS=1 SHARD_ID=""
+TEACHER_SIZE=papers STUDENT_EPOCHS=10 METHOD=auto STUDENT=tiny OUT=work/own GPUS=0 FP16=1 STAGE=all DRY_RUN=0 SMOKE=0 NUM_SHARDS=1 SHARD_ID=""
 while [ $# -gt 0 ]; do
   case "$1" in
     -s) SRC="$2"; shift 2 ;;
@@ -55,11 +57,12 @@ while [ $# -gt 0 ]; do
     --teacher-size) TEACHER_SIZE="$2"; shift 2 ;;
     --method) METHOD="$2"; shift 2 ;;
     --student) STUDENT="$2"; shift 2 ;;
+    --student-epochs) STUDENT_EPOCHS="$2"; shift 2 ;;
     --num-shards) NUM_SHARDS="$2"; shift 2 ;;
     --shard-id) SHARD_ID="$2"; shift 2 ;;
     *) if run_option "$@"; then shift "$TAKEN"; else
          echo "run.sh: unknown option '$1'; valid: -s, -t, --train, --valid, --test, --mono, --teacher," \
-              "--teacher-data, --teacher-size, --method, --student, --out, --gpus, --no-fp16, --stage, --num-shards, --shard-id," \
+              "--teacher-data, --teacher-size, --method, --student, --student-epochs, --out, --gpus, --no-fp16, --stage, --num-shards, --shard-id," \
               "--dry-run, --smoke" >&2; exit 2
        fi ;;
   esac
@@ -69,6 +72,8 @@ for pair in "-s:$SRC" "-t:$TGT" "--train:$TRAIN_PREFIX" "--valid:$VALID_PREFIX";
 done
 case " $METHODS " in *" $METHOD "*) ;; *) echo "run.sh: unknown --method '$METHOD'; valid: ${METHODS// /, }" >&2; exit 2 ;; esac
 case "$STUDENT" in tiny|base) ;; *) echo "run.sh: unknown --student '$STUDENT'; valid: tiny, base" >&2; exit 2 ;; esac
+case "$STUDENT_EPOCHS" in ''|*[!0-9]*|0) echo "run.sh: --student-epochs must be a number of epochs (1 or more), got" \
+                                              "'$STUDENT_EPOCHS'" >&2; exit 2 ;; esac
 case "$TEACHER_SIZE" in papers|small) ;; *) echo "run.sh: unknown --teacher-size '$TEACHER_SIZE'; valid: papers, small" >&2
                                             exit 2 ;; esac
 if [ "$TEACHER_SIZE" != papers ] && [ -n "$TEACHER_PATH" ]; then
@@ -156,7 +161,7 @@ else
                  --decoder-ffn-embed-dim 512 --dropout 0.2)
 fi
 STUDENT_SHAPE+=(--encoder-layers 2 --decoder-layers 2 --encoder-attention-heads 4 --decoder-attention-heads 4
-                --max-epoch 10)
+                --max-epoch "$STUDENT_EPOCHS")
 VOCAB=(--vocab-size 8000)
 SEQKD_DECODING=(--beam 8 --nbest 8 --select mbr)
 REPORT=()
@@ -231,6 +236,8 @@ if wanted seqkd && [ "$STUDENT_DATA" = "$OUT/seqkd" ]; then
                    "${SEQKD_DECODING[@]}" "${raw_source[@]}" ${source_flags[@]+"${source_flags[@]}"} ;;
     translations) stage "[seqkd]" "$OUT/seqkd/.done" fsd-seqkd --teacher-translations "$TEACHER" --data "$DATA" \
                     --out "$OUT/seqkd" ;;
+    none) teacher_stage "[seqkd]" "$OUT/seqkd/.done" seqkd --teacher "$TEACHER" --data "$DATA" --out "$OUT/seqkd" \
+            --backend ctranslate2 "${SEQKD_DECODING[@]}" ${source_flags[@]+"${source_flags[@]}"} ;;
     *) teacher_stage "[seqkd]" "$OUT/seqkd/.done" seqkd --teacher "$TEACHER" --data "$DATA" --out "$OUT/seqkd" \
          "${SEQKD_DECODING[@]}" ${source_flags[@]+"${source_flags[@]}"} ;;
   esac

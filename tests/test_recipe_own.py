@@ -1,6 +1,7 @@
 """recipes/own/run.sh, offline: --dry-run of every method and teacher kind, the refusals, and
 --smoke end to end (raw text to a CTranslate2 student, its report and results.md) with no teacher
 given and with a file of translations; a rerun keeps every finished stage."""
+import json
 import os
 import shutil
 import subprocess
@@ -194,6 +195,30 @@ def test_smoke_from_a_hugging_face_teacher_interrupted_and_rerun(corpus, tmp_pat
     assert "no report card beside it" in results and (out / "student-int8" / "model.bin").is_file()
     state = torch.load(out / "runs" / "student" / "checkpoint_best.pt", weights_only=False)
     assert state["cfg"]["criterion"]["_name"] == "word_kd"
+
+
+def test_smoke_from_a_fairseq_teacher_and_from_its_ctranslate2_export(corpus, tiny_data, tiny_teacher, tmp_path):
+    """A fairseq checkpoint: the text prepared on its vocabulary, every stage, the report card of
+    teacher and student. Its CTranslate2 export: seq-KD data only, the student evaluated alone."""
+    out = tmp_path / "fairseq"
+    args = [*base(corpus, out), "--test", corpus / "test", "--teacher", tiny_teacher, "--teacher-data", tiny_data,
+            "--smoke"]
+    said = recipe(*args).stdout
+    assert said.startswith(f"[own] teacher: fairseq ({tiny_teacher}); method: seqkd+word_kd")
+    prepared = (out / "data" / "bin" / "dict.en.txt").read_text(encoding="utf-8")
+    assert prepared == open(os.path.join(tiny_data, "dict.en.txt"), encoding="utf-8").read()  # its vocabulary
+    report = json.loads((out / "report.json").read_text())
+    assert report["teacher"] == "teacher" and {m["name"] for m in report["models"]} == {"teacher", "student"}
+    assert (out / "results.md").read_text().startswith("# Your student")
+    ct2 = tmp_path / "teacher-ct2"
+    subprocess.run([os.path.join(os.path.dirname(sys.executable), "fsd-export-ctranslate2"), tiny_teacher, tiny_data,
+                    str(ct2)], check=True, stdout=subprocess.DEVNULL)
+    out = tmp_path / "ct2"
+    said = recipe(*base(corpus, out), "--test", corpus / "test", "--teacher", ct2, "--smoke").stdout
+    assert said.startswith(f"[own] teacher: ctranslate2 ({ct2}); method: seqkd")
+    assert json.loads((out / "seqkd" / "seqkd_summary.json").read_text())["sentences"] == 400
+    results = (out / "results.md").read_text()
+    assert "no report card beside it" in results and (out / "student-int8" / "model.bin").is_file()
 
 
 def test_the_teachers_stages_shared_out_over_machines_at_a_dry_run(corpus, tmp_path):

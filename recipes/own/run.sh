@@ -165,6 +165,7 @@ STUDENT_SHAPE+=(--encoder-layers 2 --decoder-layers 2 --encoder-attention-heads 
 VOCAB=(--vocab-size 8000)
 SEQKD_DECODING=(--beam 8 --nbest 8 --select mbr)
 REPORT=()
+SEQKD_MISSING=()  # --smoke: a toy teacher may write nothing for a sentence, whose reference is kept then
 if [ "$SMOKE" = 1 ]; then
   # a toy size: the same stages and flags, a few minutes on a CPU
   TRAIN+=(--max-update 3 --max-tokens 1000 --warmup-updates 2)
@@ -177,6 +178,7 @@ if [ "$SMOKE" = 1 ]; then
   VOCAB=(--vocab-size 300)
   # a toy teacher of a few updates may write nothing for a sentence: its reference is kept then
   SEQKD_DECODING=(--beam 2 --nbest 2 --select mbr --on-missing reference)
+  SEQKD_MISSING=(--on-missing reference)
   REPORT=(--rounds 1 --threads 1 --latency-sentences 5)
 fi
 
@@ -231,7 +233,8 @@ if wanted seqkd && [ "$STUDENT_DATA" = "$OUT/seqkd" ]; then
   raw_source=(--raw-train-source "$OUT/data/raw/train.$SRC")
   case "$KIND" in
     ctranslate2) teacher_stage "[seqkd]" "$OUT/seqkd/.done" fsd-seqkd --teacher-ctranslate2 "$TEACHER" --data "$DATA" \
-                   --out "$OUT/seqkd" --beam 4 "${raw_source[@]}" ${source_flags[@]+"${source_flags[@]}"} ;;
+                   --out "$OUT/seqkd" --beam 4 "${raw_source[@]}" ${source_flags[@]+"${source_flags[@]}"} \
+                   ${SEQKD_MISSING[@]+"${SEQKD_MISSING[@]}"} ;;
     huggingface) teacher_stage "[seqkd]" "$OUT/seqkd/.done" seqkd --teacher "$TEACHER" --data "$DATA" --out "$OUT/seqkd" \
                    "${SEQKD_DECODING[@]}" "${raw_source[@]}" ${source_flags[@]+"${source_flags[@]}"} ;;
     translations) stage "[seqkd]" "$OUT/seqkd/.done" fsd-seqkd --teacher-translations "$TEACHER" --data "$DATA" \

@@ -133,3 +133,20 @@ def test_an_interrupted_binarization_keeps_its_finished_pieces(whole, tmp_path, 
     assert started == [piece for piece in PIECES[2:] for _ in ("de", "en")]
     assert not (out / ".prepare").exists()
     same_files(one_piece / "bin", out / "bin")
+
+
+def test_a_rerun_with_vocabulary_from_reuses_what_it_prepared(tiny_data, tmp_path, capsys):
+    """fsd-prepare-corpus --vocabulary-from DATA_BIN into the same --out again: reused. Before, it
+    ended in a TypeError traceback (the recorded --subword-sample, None for a vocabulary taken
+    from elsewhere, compared with a number)."""
+    from helpers import write_raw_corpus
+    from fairseq_distill.cli import prepare_corpus
+
+    raw = write_raw_corpus(tmp_path / "raw", 60, 10, 10)
+    argv = ["-s", "de", "-t", "en", "--train-prefix", str(raw / "train"), "--valid-prefix", str(raw / "valid"),
+            "--test-prefix", str(raw / "test"), "--vocabulary-from", tiny_data, "--workers", "1",
+            "--out", str(tmp_path / "out")]
+    prepare_corpus.main(argv)
+    capsys.readouterr()
+    prepare_corpus.main(argv)
+    assert "[prepare] reusing" in capsys.readouterr().out

@@ -108,6 +108,8 @@ def differences(made_from, inputs, options, bin_dir=None):
     found = []
     for key, flag in RECORDED_OPTIONS.items():
         old, new = made_from["options"].get(key), options.get(key)
+        if old is None and new is None:
+            continue  # not an option of this kind of preparation (a vocabulary taken from elsewhere)
         if key == "max_length" and old is None and bin_dir is not None and \
                 longest_training_side(bin_dir, options["source_lang"], options["target_lang"]) <= new:
             # prepared before --max-length existed, keeping every pair: the same data as now

@@ -482,8 +482,10 @@ def test_from_a_marian_model_directory_to_a_deployed_student(tmp_path):
                               "--out", str(tmp_path / "cache"), "--cpu")).stdout
     assert "on pieces outside the student's vocabulary" in cache
     said = re.search(r"put ([0-9.]+)% of its probability", cache)
-    recorded = json.load(open(tmp_path / "cache" / "meta.json"))["extra"]["teacher_mass_outside_vocabulary"]
-    assert 0 < recorded < 1 and abs(100 * recorded - float(said.group(1))) < 1e-3  # the one shard's, recorded
+    extra = json.load(open(tmp_path / "cache" / "meta.json"))["extra"]
+    recorded = extra["teacher_mass_outside_vocabulary"]
+    assert 0 < extra["teacher_mass_measured_tokens"] <= json.load(open(tmp_path / "cache" / "meta.json"))["tokens"]
+    assert 0 <= recorded < 1 and abs(100 * recorded - float(said.group(1))) < 1e-3  # the one shard's, recorded
     run(python_module("fairseq_cli.train", data, *TRAIN_FLAGS, *TINY_MODEL, "--user-dir", PACKAGE_DIR,
                       "--task", "translation_distill", "--teacher-path", teacher, "--teacher-cache",
                       str(tmp_path / "cache"), "--criterion", "distill", "--distill-terms", "word_kd,ckd",

@@ -195,6 +195,11 @@ def test_smoke_from_a_hugging_face_teacher_interrupted_and_rerun(corpus, tmp_pat
     assert "no report card beside it" in results and (out / "student-int8" / "model.bin").is_file()
     state = torch.load(out / "runs" / "student" / "checkpoint_best.pt", weights_only=False)
     assert state["cfg"]["criterion"]["_name"] == "word_kd"
+    # the teacher translates de -> en: the other direction is refused at prepare, naming it
+    reverse = ["-s", "en", "-t", "de", "--train", corpus / "train", "--valid", corpus / "valid", "--test",
+               corpus / "test", "--teacher", teacher, "--out", tmp_path / "reverse", "--smoke"]
+    proc = recipe(*reverse, check=False)
+    assert proc.returncode != 0 and "translates de -> en" in proc.stdout, proc.stdout[-2000:]
 
 
 def test_smoke_from_a_fairseq_teacher_and_from_its_ctranslate2_export(corpus, tiny_data, tiny_teacher, tmp_path):

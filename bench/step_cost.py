@@ -11,7 +11,9 @@ fairseq's ``Trainer.train_step`` then runs on the *same* batch: a few warm-up st
 allocated memory during the steps; on the CPU the peak resident set during them (Linux
 VmHWM, reset before the first step) minus the resident set before them, i.e. what training
 steps add to the built model and batch (activations, gradients, optimizer state, attention
-maps). Needs the recipe's teacher
+maps). ``--only STEP ...`` times the steps named instead, on their own data (a
+recipe whose students train on seq-KD data: the seq-KD-only step is then the no-KD reference).
+Needs the recipe's teacher
 to be trained already (bench/run.py). Writes ``bench/results/<recipe>_step_cost.{json,md}``.
 """
 import argparse
@@ -57,7 +59,8 @@ def measure_one(args):
     opts = recipe.train_options(step, os.path.join(recipe.workdir, "step_cost_unused"))
     for key in ("save-dir", "log-format", "no-epoch-checkpoints"):
         opts.pop(key, None)
-    median, ntokens, peak = time_step(recipe.data_bin, flags(opts), args.warmup, args.steps, args.max_tokens)
+    median, ntokens, peak = time_step(recipe.plan.data_of(step), flags(opts), args.warmup, args.steps,
+                                      args.max_tokens)
     print("STEP_COST " + json.dumps({"name": step["name"], "criterion": opts["criterion"],
                                      "median_step_seconds": round(median, 4), "target_tokens": ntokens,
                                      "peak_step_memory_mib": round(peak / 2**20, 1)}))
@@ -74,10 +77,23 @@ def measured_steps(steps):
     return [s for s in steps if plain(s) and (s in kd or s["model"] in kd_models)]
 
 
+def named_steps(steps, names):
+    """``--only``: these training steps, whatever data they train on (each is timed on its own
+    data's first batch, so compare rows of the same data)."""
+    by_name = {s["name"]: s for s in steps}
+    unknown = [n for n in names if n not in by_name or "model" not in by_name[n]]
+    if unknown:
+        sys.exit(f"step_cost: --only {' '.join(unknown)}: not a training step of the recipe "
+                 f"(its training steps: {', '.join(s['name'] for s in steps if 'model' in s)})")
+    return [by_name[n] for n in names]
+
+
 def describe(step, criterion: str) -> str:
     if step.get("teacher-cache"):
-        return f"{criterion} from {step['teacher-cache']}"
-    return criterion if step.get("teacher") else "none (no KD)"
+        said = f"{criterion} from {step['teacher-cache']}"
+    else:
+        said = criterion if step.get("teacher") else "none (no KD)"
+    return said + (f", on {step['data']}" if step.get("data") else "")
 
 
 def main():
@@ -89,12 +105,15 @@ def main():
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--results", default=os.path.join(REPO, "bench", "results"))
     p.add_argument("--force", action="store_true", help="measure even if the results are current")
+    p.add_argument("--only", nargs="+", metavar="STEP",
+                   help="time these training steps, on whatever data they train (by default: the criterion steps "
+                        "on the recipe's own data and the steps without KD of their models)")
     p.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure this step in this process
     args = p.parse_args()
     if args.one:
         return measure_one(args)
     recipe = finished_recipe(args.config, args.workdir)
-    measured = measured_steps(recipe.cfg["steps"])
+    measured = named_steps(recipe.cfg["steps"], args.only) if args.only else measured_steps(recipe.cfg["steps"])
     for step in measured:
         source = step.get("teacher") or step.get("teacher-cache")
         if source and source not in recipe.done:

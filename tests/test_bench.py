@@ -60,6 +60,15 @@ def test_step_cost_reports_each_criterion_relative_to_word_kd_and_no_kd(kd_recip
     again = bench("step_cost.py", config, work, results, "--steps", "2", "--warmup", "1")
     assert "[kd-tiny_step_cost.json] current: made from the same runs (wordkd, alp, a2d, student, cached, cache, teacher)" in again
     assert "[step_cost]" not in again and open(results / "kd-tiny_step_cost.json").read() == before
+
+    # --only: the steps named, the one without a teacher as the no-KD reference; a wrong name is named
+    only = results.parent / "only"
+    bench("step_cost.py", config, work, only, "--steps", "1", "--warmup", "1", "--only", "student", "cached")
+    rows = {r["name"]: r for r in json.load(open(only / "kd-tiny_step_cost.json"))["rows"]}
+    assert set(rows) == {"student", "cached"} and rows["student"]["time_relative_to_no_kd"] == 1.0
+    wrong = run([sys.executable, os.path.join(REPO, "bench", "step_cost.py"), str(config), "--workdir", str(work),
+                 "--results", str(only), "--only", "studnet"], check=False)
+    assert wrong.returncode != 0 and "--only studnet: not a training step of the recipe" in wrong.stdout
     # the options are part of what the results were made from, so other options measure again
     # (bench.analysis.is_current: test_recipe.py)
     assert json.loads(before)["inputs"]["options"]["steps"] == 2

@@ -332,6 +332,98 @@ def test_the_merged_cache_records_the_mass_outside_weighted_by_each_shards_token
                                         "teacher_mass_measured_tokens": 400}
     assert outside_mass_of([{"tokens": 300}]) == {}  # a fairseq teacher measures none
 
+# -- --teacher-pieces N: the N most frequent pieces kept, the teacher's mass on the rest on <unk> ----
+
+def test_keeping_the_most_frequent_teacher_pieces_lists_and_counts_the_rest(tmp_path):
+    """A joined dictionary as fairseq writes it (most frequent first): 'zz' is not the teacher's
+    (it becomes <unk> whatever N), the two most frequent of the others stay, 'c' and 'd' are
+    trimmed (3 + 1 occurrences), fairseq's padding symbol stays."""
+    lines = "a 10\nzz 5\nb 7\nc 3\nd 1\nmadeupword0000 0\n"
+    for lang in ("de", "en"):
+        (tmp_path / f"dict.{lang}.txt").write_text(lines, encoding="utf-8")
+    teacher = {"vocab": {"</s>": 0, "<unk>": 1, "a": 2, "b": 3, "c": 4, "d": 5}, "record": {}}
+    record = teacher_vocabulary.keep_teacher_pieces(str(tmp_path), ("de", "en"), teacher, 2)
+    assert record == {"kept_pieces": 2, "unknown_pieces": 1, "unknown_occurrences": 5, "piece_occurrences": 26,
+                      "teacher_pieces": 2, "trimmed_pieces": 2, "trimmed_occurrences": 4,
+                      "trimmed_pieces_file": teacher_vocabulary.TRIMMED_PIECES}
+    for lang in ("de", "en"):
+        assert (tmp_path / f"dict.{lang}.txt").read_text(encoding="utf-8") == "a 10\nb 7\nmadeupword0000 0\n"
+    assert (tmp_path / teacher_vocabulary.TRIMMED_PIECES).read_text(encoding="utf-8") == "c 3\nd 1\n"
+    said = teacher_vocabulary.teacher_dictionary_summary({**record, "pieces": 6})
+    assert "2 of its 6" in said and "--teacher-pieces 2 trimmed the other 2" in said
+    assert "whose 4 occurrences (15.38% of the training text's pieces) became <unk>" in said  # 4 / 26
+    # without N: every piece the teacher has stays, nothing is listed as trimmed
+    for lang in ("de", "en"):
+        (tmp_path / f"dict.{lang}.txt").write_text(lines, encoding="utf-8")
+    record = teacher_vocabulary.keep_teacher_pieces(str(tmp_path), ("de", "en"), teacher)
+    assert record["kept_pieces"] == 4 and "trimmed_pieces" not in record
+
+
+def trimmed_teacher(out, dictionary, trimmed, directory):
+    """The teacher of a data-bin whose dictionary lacks the pieces ``trimmed`` (as --teacher-pieces
+    leaves them out), with the record and list fsd-prepare-corpus writes."""
+    kept = Dictionary()
+    for symbol, count in zip(dictionary.symbols[4:], dictionary.count[4:]):
+        if symbol not in trimmed and not symbol.startswith("madeupword"):
+            kept.add_symbol(symbol, count)
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "fairseq_distill.json"), "w") as f:
+        json.dump({"teacher_vocabulary": {"trimmed_pieces_file": "trimmed.txt", "trimmed_pieces": len(trimmed)}}, f)
+    with open(os.path.join(directory, "trimmed.txt"), "w", encoding="utf-8") as f:
+        f.write("".join(f"{p} 1\n" for p in trimmed))
+    return huggingface.load(out, kept, kept, str(directory)), kept
+
+
+def test_the_teachers_mass_on_trimmed_pieces_goes_to_the_students_unk(marian, tmp_path):
+    """The student's <unk> logit is log(exp(teacher <unk>) + sum of exp(teacher trimmed piece)),
+    from Marian's own full-vocabulary logits; every other kept symbol keeps its logit, so the
+    softmax holds the trimmed pieces' mass on <unk> and renormalises only over what is left."""
+    out, tokenizer, hf = marian
+    lines_de, lines_en = multi30k_lines("de", 5), multi30k_lines("en", 5)
+    dictionary, src, tgt = marian_dictionaries(tokenizer, lines_de, lines_en)
+    used = [p for pieces in tgt for p in pieces]
+    trimmed = sorted(set(used), key=used.index)[3:9]  # six pieces the targets use
+    teacher, kept = trimmed_teacher(out, dictionary, trimmed, tmp_path / "data")
+    assert teacher.trimmed_ids.numel() == 6 and not teacher.masked[kept.unk()]
+    net_input, target = fairseq_batch(kept, src, tgt)  # the trimmed pieces are <unk> in the data
+    vocab = tokenizer.get_vocab()
+    with torch.no_grad():
+        got = teacher(**net_input)[0]
+        for b in range(len(lines_de)):
+            as_unk = [p if p not in trimmed else "<unk>" for p in src[b]]
+            input_ids = torch.tensor([[vocab[p] for p in as_unk] + [tokenizer.eos_token_id]])
+            labels = torch.tensor([[vocab[p] if p not in trimmed else vocab["<unk>"] for p in tgt[b]]
+                                   + [tokenizer.eos_token_id]])
+            ref = hf(input_ids=input_ids, labels=labels).logits[0]
+            n = labels.size(1)
+            columns = [vocab["<unk>"]] + [vocab[p] for p in trimmed]
+            assert torch.allclose(got[b, :n, kept.unk()], ref[:, columns].logsumexp(-1), atol=1e-5)
+            others = [i for i in range(len(kept)) if i != kept.unk() and not teacher.masked[i]]
+            assert len(others) > 20
+            assert torch.allclose(got[b, :n, others], ref[:, [vocab[kept[i]] for i in others]], atol=1e-5)
+        hidden = teacher.decoder_output(net_input)
+        assert torch.allclose(teacher.trimmed_logsumexp(hidden, chunk=2), teacher.trimmed_logsumexp(hidden), atol=1e-6)
+        # the mass the trimming loses is the mass keeping those pieces would lose: they are on <unk>
+        rows = hidden[target.ne(kept.pad())]
+        whole = huggingface.load(out, dictionary, dictionary)
+        assert teacher.outside_mass(rows) == pytest.approx(whole.outside_mass(rows), rel=1e-5)
+        assert teacher.outside_mass(rows) < huggingface.load(out, kept, kept).outside_mass(rows)
+    # without the record the same dictionary renormalises: <unk> is the teacher's <unk> alone
+    with torch.no_grad():
+        plain = huggingface.load(out, kept, kept)(**net_input)[0]
+    assert plain[0, 0, kept.unk()] < got[0, 0, kept.unk()]
+
+
+def test_a_trimmed_list_that_disagrees_with_its_record_is_refused(marian, tmp_path):
+    out, tokenizer, _ = marian
+    dictionary, _, _ = marian_dictionaries(tokenizer, multi30k_lines("de", 3), multi30k_lines("en", 3))
+    (tmp_path / "fairseq_distill.json").write_text(json.dumps(
+        {"teacher_vocabulary": {"trimmed_pieces_file": "trimmed.txt", "trimmed_pieces": 3}}))
+    (tmp_path / "trimmed.txt").write_text("x 1\n", encoding="utf-8")
+    with pytest.raises(DistillError, match=r"lists 1 pieces, but the data-bin's record says 3 were trimmed"):
+        huggingface.load(out, dictionary, dictionary, str(tmp_path))
+
+
 # -- refusals: one line each ------------------------------------------------------------------------
 
 def test_a_data_bin_of_another_vocabulary_is_refused_naming_both(marian, tiny_data):
@@ -497,6 +589,41 @@ def test_from_a_marian_model_directory_to_a_deployed_student(tmp_path):
     run(python_module("fairseq_distill.cli.translate", "--model-dir", str(tmp_path / "deployed"),
                       "--input", str(src), "--output", str(tmp_path / "out.en"), "--max-len-b", "5"))
     assert len(open(tmp_path / "out.en", encoding="utf-8").read().splitlines()) == 4
+
+
+@pytest.mark.slow
+def test_teacher_pieces_keeps_the_most_frequent_and_the_cache_puts_the_rest_on_unk(tmp_path):
+    """fsd-prepare-corpus --vocabulary-from MODEL_DIR --teacher-pieces 40: 40 pieces in the
+    dictionary, the others listed and counted (against the segmented text itself), and
+    fsd-cache-teacher from the same teacher says where their mass went."""
+    from helpers import prepare_corpus_argv, python_module, run, write_raw_corpus
+
+    teacher = marian_teacher(str(tmp_path / "opus-mt-de-en"))
+    raw = write_raw_corpus(tmp_path / "raw", 120, 8, 8)
+    refused = run(prepare_corpus_argv(raw, tmp_path / "plain", "--teacher-pieces", "40"), check=False)
+    assert refused.returncode != 0 and "Traceback" not in refused.stdout
+    assert "--teacher-pieces 40 goes with --vocabulary-from MODEL_DIR" in refused.stdout
+    out = run(prepare_corpus_argv(raw, tmp_path / "data", "--vocabulary-from", teacher, "--teacher-pieces", "40")).stdout
+    data = tmp_path / "data" / "bin"
+    record = json.load(open(data / "fairseq_distill.json"))["teacher_vocabulary"]
+    symbols = Dictionary.load(str(data / "dict.en.txt")).symbols
+    taught = [s for s in symbols[4:] if not s.startswith("madeupword")]
+    assert len(taught) == record["kept_pieces"] == 40 and record["teacher_pieces"] == 40
+    listed = [line.split()[0] for line in open(data / teacher_vocabulary.TRIMMED_PIECES, encoding="utf-8")]
+    assert len(listed) == record["trimmed_pieces"] > 0 and not set(listed) & set(taught)
+    # what became <unk>: every piece of the segmented training text that the dictionary lacks
+    pieces = [p for lang in ("de", "en") for line in open(tmp_path / "data" / "tok" / f"train.{lang}", encoding="utf-8")
+              for p in line.split()]
+    outside = [p for p in pieces if p not in set(taught)]
+    assert len(pieces) == record["piece_occurrences"]
+    assert len(outside) == record["trimmed_occurrences"] + record["unknown_occurrences"]
+    assert f"--teacher-pieces 40 trimmed the other {len(listed):,} the data uses" in out
+    assert f"{100 * record['trimmed_occurrences'] / len(pieces):.2f}% of the training text's pieces" in out
+    cache = run(python_module("fairseq_distill.cli.cache_teacher", "--teacher", teacher, "--data", str(data),
+                              "--top-k", "4", "--out", str(tmp_path / "cache"), "--cpu")).stdout
+    assert f"with its mass on the {len(listed):,} pieces --teacher-pieces trimmed on <unk>" in cache
+    meta = json.load(open(tmp_path / "cache" / "meta.json"))
+    assert meta["extra"]["teacher_trimmed_pieces_in_unk"] == len(listed)
 
 
 def test_preparing_data_for_another_language_pair_than_the_teachers_is_refused(marian, m2m100):

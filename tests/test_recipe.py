@@ -387,6 +387,55 @@ def test_results_keep_each_rows_test_output_for_paired_tests_in_a_later_session(
     assert "hypotheses_file" not in json.load(open(results / "r.json"))["rows"][0]
 
 
+def test_a_committed_row_later_in_the_recipe_keeps_its_test_output_while_earlier_steps_run(tmp_path, monkeypatch):
+    """--reuse-committed with a step to run before a committed row: the results written after the
+    first step keep the committed row and its hypotheses, so the paired tests at the end find them."""
+    import hashlib
+    import io
+
+    from bench.runner import records as runner_records
+    from bench.runner.execute import Runner
+    from bench.runner.progress import Terminal
+
+    config = tiny_recipe(tmp_path, "later", {"student": TINY}, [{"name": "new", "model": "student"},
+                                                                 {"name": "base", "model": "student"}])
+    with open(config) as f:
+        cfg = yaml.safe_load(f)
+    cfg["compare"] = {"baseline": "base"}
+    with open(config, "w") as f:
+        yaml.safe_dump(cfg, f)
+    refs = ["a dog runs .", "two men sit .", "a girl waves ."] * 4
+    results = tmp_path / "results"
+    (results / "hypotheses" / "later").mkdir(parents=True)
+    (results / "hypotheses" / "later" / "base.txt").write_text("\n".join(["a dog .", "men sit .", "a girl ."] * 4) + "\n")
+    text = "\n".join(refs) + "\n"
+    references = f"references-{hashlib.sha1(text.encode()).hexdigest()[:10]}.txt"  # named as committed ones are
+    (results / "hypotheses" / "later" / references).write_text(text)
+    (tmp_path / "refs.txt").write_text("\n".join(refs) + "\n")
+    (tmp_path / "new.txt").write_text("\n".join(refs) + "\n")
+    shape = {"encoder-layers": 1, "decoder-layers": 1, "encoder-embed-dim": 16, "encoder-ffn-embed-dim": 32}
+    row = {"kind": "train", "shape": shape, "parameters": 1000, "criterion": "label_smoothed_cross_entropy",
+           "data": "original", "epochs": 1, "updates": 3, "train_seconds": 1.0, "tokens_per_second": 1.0,
+           "beam": 4, "checkpoint": "/elsewhere/checkpoint_best.pt"}
+    said = io.StringIO()
+    runner = Runner(str(config), str(tmp_path / "work"), str(results), terminal=Terminal(said),
+                    reuse=[str(results / "later.json")])
+    (results / "later.json").write_text(json.dumps({"rows": [
+        {**row, "name": "base", "key": runner.plan.keys["base"], "bleu": 10.0,
+         "hypotheses_file": "hypotheses/later/base.txt", "references_file": f"hypotheses/later/{references}"}]}))
+    monkeypatch.setattr(runner, "prepare_data", lambda: None)
+    monkeypatch.setattr(runner_records, "save", lambda *a: None)
+    monkeypatch.setattr(runner, "run_step", lambda step, label: {
+        **row, "name": step["name"], "key": runner.plan.keys[step["name"]], "bleu": 100.0,
+        "hypotheses": str(tmp_path / "new.txt"), "references": str(tmp_path / "refs.txt")})
+    runner.run()
+    meta = json.load(open(results / "later.json"))
+    assert [r["name"] for r in meta["rows"]] == ["new", "base"]
+    assert (results / "hypotheses" / "later" / "base.txt").is_file()
+    (tested,) = meta["significance"]
+    assert tested["baseline"] == "base" and tested["not_tested"] == [] and "new" in tested["systems"]
+
+
 def test_the_closing_lines_list_only_checkpoints_on_this_machine(tmp_path):
     """Rows taken from the committed results name checkpoints of the machine that made them:
     the runner does not list those paths as checkpoints to decode with."""

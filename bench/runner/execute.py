@@ -184,10 +184,12 @@ class Runner:
         for step in reversed(plan.steps):  # a step that runs needs its dependencies' files here
             if step["name"] in must_run:
                 must_run.update(d for d in dependencies(step) if d not in local)
-        # finished steps not run now keep their rows, in the results written after each step too
+        # finished steps keep their rows in the results written after each step too, those not
+        # selected and those the loop below reaches only later (a committed row after a step that
+        # runs first: without it, that write would drop the row and its test output)
         for step in plan.steps:
             name = step["name"]
-            if name not in names and (name in local or name in committed):
+            if name in local or (name in committed and (name not in names or name not in must_run)):
                 self.done[name] = local.get(name) or committed[name]
         for step in plan.steps:
             name = step["name"]

@@ -46,6 +46,11 @@ def build_parser():
                         "directory): the dictionary then holds the teacher's pieces that the training data uses, "
                         "so that the teacher teaches every term (--teacher-path MODEL_DIR); --bpe and --vocab-size "
                         "then do not apply")
+    p.add_argument("--teacher-pieces", type=int, metavar="N",
+                   help="with --vocabulary-from MODEL_DIR: keep only the N most frequent of the teacher's pieces in "
+                        "the training data (default: every piece it uses), so that a student of a 256k-piece NLLB "
+                        "teacher does not carry its embeddings; the others binarize as <unk> (counted), and the "
+                        "teacher's probability on them goes to the student's <unk> in every KD term and the cache")
     p.add_argument("--teacher-languages", nargs=2, metavar=("SRC_CODE", "TGT_CODE"),
                    help="with --vocabulary-from MODEL_DIR of an M2M100/NLLB teacher: its codes of the two languages "
                         "(e.g. deu_Latn eng_Latn), where they are not __SRC__/__TGT__ or -s/-t themselves")

@@ -159,6 +159,8 @@ def make_shard(job: CacheJob, task, dataset, shard_id: int, digest: str) -> dict
                file=sys.stderr, mininterval=2.0, disable=None if sys.stderr.isatty() else False)
     tokens = 0
     outside = [0.0, 0]  # a Hugging Face teacher's mass on pieces the student lacks, and the positions measured
+    # the pieces --teacher-pieces trimmed, whose mass a Hugging Face teacher puts on the student's <unk>
+    trimmed = max([int(m.trimmed_ids.numel()) for m in teachers.models if hasattr(m, "trimmed_ids")] or [0])
     with open(prefix + ".log_probs.bin", "wb") as fv, open(prefix + ".indices.bin", "wb") as fi, \
             torch.no_grad():
         for batch, sample in enumerate(itr):
@@ -191,7 +193,8 @@ def make_shard(job: CacheJob, task, dataset, shard_id: int, digest: str) -> dict
               "teachers": [os.path.abspath(p) for p in teachers.paths],
               "teacher_digests": [file_sha256(p) for p in teachers.paths], "vocab_size": vocab,
               **({"teacher_mass_outside_vocabulary": outside[0] / outside[1],
-                  "teacher_mass_measured_tokens": outside[1]} if outside[1] else {})}
+                  "teacher_mass_measured_tokens": outside[1]} if outside[1] else {}),
+              **({"teacher_trimmed_pieces_in_unk": trimmed} if trimmed else {})}
     with open(prefix + ".done.tmp", "w") as f:
         json.dump(record, f)
     os.replace(prefix + ".done.tmp", prefix + ".done")
@@ -201,7 +204,9 @@ def make_shard(job: CacheJob, task, dataset, shard_id: int, digest: str) -> dict
         print(f"[cache] shard {shard_id}/{job.num_shards}: the Hugging Face teacher put {100 * outside[0] / outside[1]:.3f}% "
               f"of its probability (mean per target token, measured on {outside[1]:,} of them: every "
               f"{MASS_EVERY}th batch) on pieces outside the student's vocabulary; the "
-              f"cache holds its distribution renormalised over the student's {vocab:,} symbols", file=sys.stderr)
+              f"cache holds its distribution renormalised over the student's {vocab:,} symbols"
+              + (f", with its mass on the {trimmed:,} pieces --teacher-pieces trimmed on <unk>" if trimmed else ""),
+              file=sys.stderr)
     return record
 
 
@@ -308,7 +313,9 @@ def merge_shards(job: CacheJob, dataset, task, digest: str) -> CacheMeta:
         temperature=settings["temperature"], value_dtype=settings["dtype"], index_dtype=idx_type.name,
         build_seconds=round(sum(r["seconds"] for r in records), 1),
         array_bytes={name: os.path.getsize(path) for name, path in partial.items()},
-        extra=outside_mass_of(records),
+        extra={**outside_mass_of(records),
+               **({"teacher_trimmed_pieces_in_unk": records[0]["teacher_trimmed_pieces_in_unk"]}
+                  if records[0].get("teacher_trimmed_pieces_in_unk") else {})},
     )
     # the switch: without meta.json a reader refuses the directory, whatever state its arrays are in
     if os.path.exists(os.path.join(job.out, META_FILE)):

@@ -19,8 +19,11 @@ term knows which kind of teacher it reads:
   256k-piece NLLB teacher costs a student-vocabulary matmul, never a 256k one), so its
   softmax is the teacher's distribution renormalised over the kept pieces; rows the
   teacher never emits as a target (``<pad>``, whose Marian logit is exactly 0, ``<s>``,
-  language codes, fairseq's padding symbols) are -inf. How much of the teacher's mass the
-  trimming drops is measured by :func:`mass_outside`.
+  language codes, fairseq's padding symbols) are -inf. Where the data-bin keeps only the N
+  most frequent pieces (``fsd-prepare-corpus --teacher-pieces N``), the pieces it trimmed
+  are <unk> in the data, and the teacher's mass on them is put on the student's <unk> (a
+  tail bucket); the pieces the training data never uses are renormalised away, and how much
+  of the teacher's mass that drops is measured by :meth:`HuggingFaceTeacher.outside_mass`.
 * states: index 0 the embedding output, index l the output of layer l, each T x B x C,
   taken by hooks on the layers as fairseq's ``return_all_hiddens`` gives them (before any
   final LayerNorm: ``transformers`` puts the last state after it).
@@ -32,7 +35,7 @@ optimizer or its checkpoint (:class:`~fairseq_distill.teacher.frozen.TeacherEnse
 """
 import logging
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -42,9 +45,12 @@ from fairseq_distill.errors import DistillError
 from fairseq_distill.features import FeatureRequest, Features
 from fairseq_distill.text.teacher_vocabulary import (FAMILIES, META_KEY, check_vocabulary, is_model_dir,  # noqa: F401
                                                      load_tokenizer, model_config, never_targets,
-                                                     require_transformers, symbol_map, teacher_vocabulary)
+                                                     require_transformers, symbol_map, teacher_vocabulary,
+                                                     trimmed_pieces)
 
 logger = logging.getLogger(__name__)
+
+UNK = 3  # fairseq's <unk> index, which every fairseq Dictionary keeps
 
 
 def _state(output):
@@ -63,7 +69,8 @@ class HuggingFaceTeacher(nn.Module):
 
     def __init__(self, model, path: str, config: dict, source_map, target_map, never: set,
                  source_pad: int, target_pad: int, target_eos: int,
-                 source_prefix: Optional[int] = None, target_prefix: Optional[int] = None):
+                 source_prefix: Optional[int] = None, target_prefix: Optional[int] = None,
+                 trimmed: Sequence[int] = ()):
         super().__init__()
         self.model, self.path, self.family = model, path, config["model_type"]
         self.source_pad, self.target_pad, self.target_eos = source_pad, target_pad, target_eos
@@ -81,8 +88,16 @@ class HuggingFaceTeacher(nn.Module):
                              persistent=False)
         self.register_buffer("target_ids", torch.tensor([unk if m is None else m for m in target_map]),
                              persistent=False)
-        masked = [m is None or m in never for m in target_map]
-        self.register_buffer("masked", torch.tensor(masked), persistent=False)
+        # the teacher ids of the pieces --teacher-pieces trimmed from the data-bin: the data has
+        # <unk> where they were, so the teacher's mass on them is its mass on the student's <unk>
+        trimmed = sorted({t for t in trimmed if t not in never})
+        unmapped = torch.tensor([m is None or m in never for m in target_map])
+        self.register_buffer("unmapped", unmapped, persistent=False)  # rows whose own logit is -inf
+        masked = unmapped.clone()
+        if trimmed:  # <unk> stands for the trimmed pieces, whether or not the teacher has an <unk>
+            masked[UNK] = False
+        self.register_buffer("masked", masked, persistent=False)  # rows no target can be
+        self.register_buffer("trimmed_ids", torch.tensor(trimmed, dtype=torch.long), persistent=False)
         self.register_buffer("never_ids", torch.tensor(sorted(never), dtype=torch.long), persistent=False)
         self.requires_grad_(False)
         self.eval()
@@ -106,10 +121,29 @@ class HuggingFaceTeacher(nn.Module):
         return rows, (bias.view(-1).index_select(0, self.target_ids) if bias is not None else None)
 
     def logits_of(self, decoder_out: torch.Tensor) -> torch.Tensor:
-        """B x T x V_s logits of decoder outputs (student positions), -inf at the masked rows."""
+        """B x T x V_s logits of decoder outputs (student positions), -inf at the masked rows; where
+        the data-bin was trimmed (``--teacher-pieces``), the <unk> logit is the log-sum-exp of the
+        teacher's <unk> and trimmed pieces, so its softmax puts their summed mass on <unk>."""
         weight, bias = self.output_projection()
-        logits = F.linear(decoder_out, weight, bias)
-        return logits.masked_fill(self.masked, float("-inf"))
+        logits = F.linear(decoder_out, weight, bias).masked_fill(self.unmapped, float("-inf"))
+        if not self.trimmed_ids.numel():
+            return logits
+        unk = logits[..., UNK:UNK + 1]
+        tail = self.trimmed_logsumexp(decoder_out).unsqueeze(-1).to(logits.dtype)
+        return torch.cat([logits[..., :UNK], torch.logaddexp(unk, tail), logits[..., UNK + 1:]], -1)
+
+    def trimmed_logsumexp(self, decoder_out: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+        """B x T: log-sum-exp of the teacher's logits over the trimmed pieces, in float32, ``chunk``
+        pieces at a time (at a 256k-piece teacher the trimmed columns may be most of them: a
+        chunk's logits are tokens x chunk, never tokens x every trimmed piece)."""
+        weight = self.model.get_output_embeddings().weight
+        bias = getattr(self.model, "final_logits_bias", None)
+        total = None
+        for ids in self.trimmed_ids.split(chunk):
+            part = F.linear(decoder_out, weight.index_select(0, ids),
+                            None if bias is None else bias.view(-1).index_select(0, ids)).float().logsumexp(-1)
+            total = part if total is None else torch.logaddexp(total, part)
+        return total
 
     def teacher_inputs(self, src_tokens, prev_output_tokens):
         """(input ids, attention mask, decoder ids, decoder mask, unpack): the teacher's inputs,
@@ -243,6 +277,7 @@ class HuggingFaceTeacher(nn.Module):
         target[self.never_ids] = False
         kept = torch.zeros_like(target)
         kept[self.target_ids[~self.masked]] = True
+        kept[self.trimmed_ids] = True  # their mass is the student's <unk>: not lost
         outside = 0.0
         for part in rows.split(chunk):
             logits = F.linear(part.float(), weight.float(), None if bias is None else bias.view(-1).float())
@@ -266,12 +301,17 @@ def to_student_layout(x: torch.Tensor, unpack: torch.Tensor, dim: int) -> torch.
     return x.gather(dim, unpack.view(shape).expand_as(x))
 
 
-def language_codes(data: Optional[str]) -> tuple:
-    """The teacher's language codes (source, target) that ``fsd-prepare-corpus --vocabulary-from
-    MODEL_DIR`` recorded in the data-bin ``data``; (None, None) where it recorded none."""
+def data_record(data: Optional[str]) -> dict:
+    """What ``fsd-prepare-corpus --vocabulary-from MODEL_DIR`` recorded of the teacher in the
+    data-bin ``data`` (its language codes, the pieces it trimmed); {} where it recorded nothing."""
     from fairseq_distill.text.segmentation import load_meta
 
-    record = ((load_meta(data) if data and os.path.isdir(data) else None) or {}).get(META_KEY) or {}
+    return ((load_meta(data) if data and os.path.isdir(data) else None) or {}).get(META_KEY) or {}
+
+
+def language_codes(data: Optional[str]) -> tuple:
+    """The teacher's language codes (source, target) recorded in the data-bin ``data``; (None, None) where none."""
+    record = data_record(data)
     return record.get("source_code"), record.get("target_code")
 
 
@@ -290,7 +330,9 @@ def load(path: str, source_dictionary, target_dictionary, data: Optional[str] = 
         model = transformers.AutoModelForSeq2SeqLM.from_pretrained(path, attn_implementation="sdpa")
     except Exception as e:
         raise DistillError(f"cannot load the Hugging Face teacher {path}: {type(e).__name__}: {e}") from e
-    codes = language_codes(data)
+    record = data_record(data)
+    codes = record.get("source_code"), record.get("target_code")
+    trimmed = trimmed_pieces(data, record)
     for code in codes:
         if code is not None and code not in vocab:
             raise DistillError(f"teacher {path} has no language code {code!r}, which the data-bin {data} was "
@@ -298,9 +340,12 @@ def load(path: str, source_dictionary, target_dictionary, data: Optional[str] = 
     teacher = HuggingFaceTeacher(model, path, config, source_map, target_map,
                                  never_targets(config, tokenizer, vocab), source_dictionary.pad(),
                                  target_dictionary.pad(), target_dictionary.eos(),
-                                 *(None if c is None else vocab[c] for c in codes))
+                                 *(None if c is None else vocab[c] for c in codes),
+                                 trimmed=[vocab[p] for p in trimmed if p in vocab])
     kept = int((~teacher.masked).sum())
     logger.info(f"teacher {path}: {FAMILIES[config['model_type']]}; its output restricted to the {kept:,} of its "
                 f"{len(vocab):,} pieces that are target symbols of the data"
+                + (f", its mass on the {teacher.trimmed_ids.numel():,} pieces --teacher-pieces trimmed in <unk>"
+                   if trimmed else "")
                 + (f"; language codes {codes[0]} -> {codes[1]}" if codes[0] else ""))
     return teacher

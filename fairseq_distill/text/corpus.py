@@ -44,14 +44,16 @@ from fairseq_distill.text.segmentation import META_FILE, learn_subword_nmt, trai
 from fairseq_distill.text.corpus_steps import (STAGING, Stages, check_split, run_key, segment_split, vocabulary_of,
                                                write_subword_sample)
 from fairseq_distill.text.files import file_sha256, first_few
-from fairseq_distill.text.teacher_vocabulary import TARGET_SENTENCEPIECE, keep_teacher_pieces
+from fairseq_distill.text.teacher_vocabulary import (TARGET_SENTENCEPIECE, TRIMMED_PIECES, keep_teacher_pieces,
+                                                     teacher_dictionary_summary)
 from fairseq_distill.workdir import check_outputs
 
 # what a rerun compares (besides the inputs), with the option that sets it
 RECORDED_OPTIONS = {"source_lang": "--source-lang", "target_lang": "--target-lang", "bpe": "--bpe",
                     "vocab_size": "--vocab-size", "spm_model_type": "--spm-model-type",
                     "errors": "--errors", "splits": "--test-prefix (number of test sets)",
-                    "max_length": "--max-length", "subword_sample": "--subword-sample"}
+                    "max_length": "--max-length", "subword_sample": "--subword-sample",
+                    "teacher_pieces": "--teacher-pieces"}
 # subword tokens per side: with </s>, the 1024 positions of fairseq's Transformers
 DEFAULT_MAX_LENGTH = 1023
 # sentence pairs the subword model learns from at most: enough for a vocabulary of tens of thousands
@@ -217,6 +219,14 @@ def prepare(args):
     vocabulary = vocabulary_of(getattr(args, "vocabulary_from", None), getattr(args, "subword_model", None), src, tgt,
                                getattr(args, "teacher_languages", None))
     teacher = (vocabulary or {}).get("teacher")
+    teacher_pieces = getattr(args, "teacher_pieces", None)
+    if teacher_pieces is not None:
+        if not teacher:
+            raise DistillError(f"--teacher-pieces {teacher_pieces} goes with --vocabulary-from MODEL_DIR, the "
+                               f"directory of a Hugging Face teacher whose pieces the student keeps")
+        if teacher_pieces < 1:
+            raise DistillError(f"--teacher-pieces must be a positive number of pieces, got {teacher_pieces}")
+        options["teacher_pieces"] = teacher_pieces
     if vocabulary:
         args.bpe = vocabulary["bpe"]
         options.update(bpe=args.bpe, vocab_size=None, spm_model_type=None, subword_sample=None,
@@ -337,9 +347,11 @@ def prepare(args):
         stages.finish("dictionary", 0)
     if "dictionary" not in stages.done:
         types = build_dictionary(src, tgt, tok_dir, dictionary_dir, args.workers, log_path)
-        if teacher:  # pieces the teacher's vocabulary lacks binarize as <unk>, counted
-            types = keep_teacher_pieces(dictionary_dir, (src, tgt), teacher)
+        if teacher:  # pieces the teacher's vocabulary lacks, or --teacher-pieces trims, binarize as <unk>, counted
+            types = keep_teacher_pieces(dictionary_dir, (src, tgt), teacher, teacher_pieces)
         stages.finish("dictionary", types)
+    if teacher:
+        teacher["record"].update(stages.done["dictionary"])
     train = segmented["train"]
     pieces_dir = os.path.join(stages.dir, "train-pieces")
     if "merged train" not in stages.done:
@@ -352,17 +364,15 @@ def prepare(args):
     if "binarized valid and test" not in stages.done:
         binarize_evaluation(src, tgt, tok_dir, bin_dir, test_names, dictionary_dir, args.workers, log_path)
         stages.finish("binarized valid and test")
+    if teacher and teacher_pieces is not None:
+        shutil.copy(os.path.join(dictionary_dir, TRIMMED_PIECES), os.path.join(bin_dir, TRIMMED_PIECES))
     sizes = {name: result["pairs"] for name, result in segmented.items()}
     check_binarized(bin_dir, tok_dir, src, tgt, sizes)
     with open(os.path.join(bin_dir, f"dict.{src}.txt"), encoding="utf-8") as f:
         types = sum(1 for _ in f)
     pieces = stages.done["merged train"]
     if teacher:
-        record = teacher["record"]
-        which = (f"a joined dictionary of the teacher's pieces that the training data uses: {stages.done['dictionary']:,} of its "
-                 f"{record['pieces']:,}, plus 4 specials"
-                 + (f"; {record.get('unknown_occurrences', 0):,} occurrences of {record.get('unknown_pieces', 0):,} pieces it lacks "
-                    f"became <unk>" if record.get("unknown_pieces") else ""))
+        which = teacher_dictionary_summary(teacher["record"])
     elif vocabulary:
         which = (f"the dictionaries of {args.vocabulary_from} ({types:,} {src} types plus 4 specials; pieces they lack "
                  f"became <unk>, counted in the log)")
@@ -388,7 +398,7 @@ def prepare(args):
         "blank_test_lines": blank_kept,  # 1-based lines kept as empty sentences (--keep-blank-test-lines)
         "subword_sample": {"pairs": taken, "of": pairs["train"]},
         **({"vocabulary_from": os.path.abspath(args.vocabulary_from)} if vocabulary else {}),
-        **({TEACHER_RECORD: {**teacher["record"], "kept_pieces": stages.done["dictionary"],
+        **({TEACHER_RECORD: {**teacher["record"],
                              **({"target_sentencepiece_model": TARGET_SENTENCEPIECE}
                                 if isinstance(model, tuple) else {})}} if teacher else {}),
         "made_from": made_from,

@@ -202,24 +202,87 @@ def prepared_vocabulary(path: str, src: str, tgt: str, codes=None) -> dict:
 TARGET_SENTENCEPIECE = "target.spm"
 
 
-def keep_teacher_pieces(dictionary_dir, langs, teacher) -> int:
+# the pieces ``--teacher-pieces N`` left out of the data-bin's dictionary, one "piece count" line
+# each, most frequent first: the teacher puts its mass on them into the student's <unk>
+TRIMMED_PIECES = "teacher_pieces_trimmed.txt"
+
+
+def keep_teacher_pieces(dictionary_dir, langs, teacher, most: Optional[int] = None) -> dict:
     """Drop from the joined dictionary the pieces the teacher's vocabulary lacks (they binarize as
-    <unk>), recording how many and how often in the teacher's record; returns the types kept."""
+    <unk>) and, with ``most``, all but the ``most`` most frequent of the rest (they binarize as
+    <unk> too, and are listed in ``TRIMMED_PIECES`` beside the dictionary). Returns what the
+    teacher's record states: the pieces kept, and how many pieces and occurrences each rule
+    turned into <unk>, of how many occurrences in all."""
     vocab = teacher["vocab"]
-    unknown = occurrences = kept = 0
+    record = {"unknown_pieces": 0, "unknown_occurrences": 0, "piece_occurrences": 0}
+    trimmed: List[str] = []
     for i, lang in enumerate(langs):
         path = os.path.join(dictionary_dir, f"dict.{lang}.txt")
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
-        keep = []
-        for line in lines:
+        keep, taught, dropped = [], 0, []
+        for line in lines:  # fairseq writes the most frequent first
             piece, count = line.rsplit(" ", 1)
-            if piece in vocab or piece.startswith("madeupword"):
+            if piece.startswith("madeupword"):  # fairseq's padding symbols
                 keep.append(line)
-            elif i == 0:
-                unknown, occurrences = unknown + 1, occurrences + int(count)
+                continue
+            if i == 0:
+                record["piece_occurrences"] += int(count)
+            if piece not in vocab:
+                if i == 0:
+                    record["unknown_pieces"] += 1
+                    record["unknown_occurrences"] += int(count)
+            elif most is not None and taught >= most:
+                dropped.append(line)
+            else:
+                keep.append(line)
+                taught += 1
         with open(path, "w", encoding="utf-8") as f:
             f.write("".join(line + "\n" for line in keep))
-        kept = sum(1 for line in keep if not line.startswith("madeupword"))  # fairseq's padding symbols
-    teacher["record"].update(unknown_pieces=unknown, unknown_occurrences=occurrences)
-    return kept
+        record["kept_pieces"] = taught
+        trimmed = dropped
+    if most is not None:
+        with open(os.path.join(dictionary_dir, TRIMMED_PIECES), "w", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in trimmed))
+        record.update(teacher_pieces=most, trimmed_pieces=len(trimmed),
+                      trimmed_occurrences=sum(int(line.rsplit(" ", 1)[1]) for line in trimmed),
+                      trimmed_pieces_file=TRIMMED_PIECES)
+    return record
+
+
+def teacher_dictionary_summary(record: dict) -> str:
+    """What fsd-prepare-corpus says of a dictionary of the teacher's pieces (its record)."""
+    total = max(record.get("piece_occurrences", 0), 1)
+    which = "most frequent pieces" if record.get("teacher_pieces") else "pieces that the training data uses"
+    said = (f"a joined dictionary of the teacher's {which}: {record['kept_pieces']:,} of its {record['pieces']:,}, "
+            f"plus 4 specials")
+    if record.get("trimmed_pieces"):
+        said += (f"; --teacher-pieces {record['teacher_pieces']:,} trimmed the other {record['trimmed_pieces']:,} the "
+                 f"data uses, whose {record['trimmed_occurrences']:,} occurrences "
+                 f"({100 * record['trimmed_occurrences'] / total:.2f}% of the training text's pieces) became <unk>, "
+                 f"and the teacher's mass on them goes to the student's <unk>")
+    elif record.get("teacher_pieces"):
+        said += f" (--teacher-pieces {record['teacher_pieces']:,} trimmed none: the data uses no more)"
+    if record.get("unknown_pieces"):
+        said += (f"; {record['unknown_occurrences']:,} occurrences of {record['unknown_pieces']:,} pieces it lacks "
+                 f"became <unk>")
+    return said
+
+
+def trimmed_pieces(data: Optional[str], record: dict) -> List[str]:
+    """The pieces ``--teacher-pieces`` trimmed from the data-bin ``data`` (its record ``record``);
+    [] where it trimmed none."""
+    name = record.get("trimmed_pieces_file")
+    if not name:
+        return []
+    path = os.path.join(data, name)
+    try:
+        with open(path, encoding="utf-8") as f:
+            pieces = [line.rsplit(" ", 1)[0] for line in f.read().splitlines() if line]
+    except OSError as e:
+        raise DistillError(f"the data-bin {data} records pieces trimmed by --teacher-pieces in {name}, which cannot "
+                           f"be read ({e}): prepare it again with fsd-prepare-corpus") from e
+    if len(pieces) != record.get("trimmed_pieces", len(pieces)):
+        raise DistillError(f"{path} lists {len(pieces):,} pieces, but the data-bin's record says "
+                           f"{record['trimmed_pieces']:,} were trimmed: prepare it again with fsd-prepare-corpus")
+    return pieces

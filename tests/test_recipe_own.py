@@ -87,6 +87,10 @@ def test_every_method_and_teacher_kind_at_a_dry_run(corpus, tiny_data, tiny_teac
     # cannot be read back from the binarized data
     assert any(f"fsd-seqkd --teacher {hf}" in s and f"--raw-train-source {out}/data/raw/train.de" in s for s in steps)
     assert any("fsd-cache-teacher" in s for s in steps)
+    # an NLLB-sized vocabulary trimmed, and the teacher's language codes, go to data preparation
+    steps = commands(recipe(*base(corpus, out), "--dry-run", "--teacher", hf, "--teacher-pieces", "32000",
+                            "--teacher-languages", "deu_Latn", "eng_Latn").stdout)
+    assert f"--vocabulary-from {hf} --teacher-pieces 32000 --teacher-languages deu_Latn eng_Latn" in steps[1]
     assert not os.path.exists(out)  # a dry run writes nothing
 
 
@@ -111,6 +115,8 @@ def test_bad_input_is_refused_naming_it(corpus, tmp_path):
         ((*base(corpus, out), "--teacher", tmp_path / "nope.pt"), "no such file or directory"),
         ((*base(corpus, out), "--method", "kd"), "unknown --method 'kd'; valid: auto, none, seqkd, word_kd, pkd"),
         ((*base(corpus, out), "--student", "huge"), "unknown --student 'huge'; valid: tiny, base"),
+        ((*base(corpus, out), "--teacher-pieces", "8000"), "--teacher-pieces goes with a Hugging Face teacher "
+                                                             "(--teacher MODEL_DIR)"),
         (("-s", "de", "-t", "en", "--valid", corpus / "valid"), "--train is required"),
         (("-s", "de", "-t", "en", "--train", lopsided / "train", "--valid", corpus / "valid", "--out", out),
          "train.de has 400 lines and "),

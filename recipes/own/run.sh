@@ -4,6 +4,7 @@
 #
 #   recipes/own/run.sh -s SRC -t TGT --train PREFIX --valid PREFIX [--test PREFIX] [--mono FILE]
 #       [--teacher PATH | --teacher-size papers|small] [--teacher-data DATA_BIN] [--method M]
+#       [--teacher-pieces N] [--teacher-languages SRC_CODE TGT_CODE]
 #       [--student tiny|base] [--student-epochs N] [--out DIR]
 #       [--gpus N] [--no-fp16] [--stage NAME] [--num-shards N [--shard-id I]] [--dry-run] [--smoke]
 #
@@ -17,7 +18,9 @@
 #   CHECKPOINT.pt     a fairseq teacher; the text is prepared on its vocabulary (--teacher-data, the
 #                     data-bin it was trained on, else the one its checkpoint names)
 #   DIR (config.json) a Hugging Face MarianMT or M2M100/NLLB model with its tokenizer: every method; the
-#                     text is prepared in the teacher's pieces (fsd-prepare-corpus --vocabulary-from DIR)
+#                     text is prepared in the teacher's pieces (fsd-prepare-corpus --vocabulary-from DIR);
+#                     --teacher-pieces N keeps its N most frequent (a 256k-piece NLLB vocabulary), and
+#                     --teacher-languages gives an NLLB teacher its codes (e.g. deu_Latn eng_Latn)
 #   DIR (model.bin)   a CTranslate2 model (e.g. OPUS-MT converted): seq-KD data only
 #   FILE              its translations of the training source, one a line: seq-KD data only
 # --method: auto (default), none, seqkd, word_kd, pkd, ckd, alp_kd, a2d.
@@ -39,10 +42,11 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../common.sh"
 RECIPE=own
 STAGES="prepare teacher seqkd cache student export report"
-HELP_LINES=35
+HELP_LINES=38
 METHODS="auto none seqkd word_kd pkd ckd alp_kd a2d"
 
 SRC="" TGT="" TRAIN_PREFIX="" VALID_PREFIX="" TEST_PREFIX="-" MONO="" TEACHER_PATH="" TEACHER_DATA=""
+TEACHER_VOCABULARY=()  # --teacher-pieces, --teacher-languages: fsd-prepare-corpus options of a Hugging Face teacher
 TEACHER_SIZE=papers STUDENT_EPOCHS=10 METHOD=auto STUDENT=tiny OUT=work/own GPUS=0 FP16=1 STAGE=all DRY_RUN=0 SMOKE=0 NUM_SHARDS=1 SHARD_ID=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -55,6 +59,8 @@ while [ $# -gt 0 ]; do
     --teacher) TEACHER_PATH="$2"; shift 2 ;;
     --teacher-data) TEACHER_DATA="$2"; shift 2 ;;
     --teacher-size) TEACHER_SIZE="$2"; shift 2 ;;
+    --teacher-pieces) TEACHER_VOCABULARY+=(--teacher-pieces "$2"); shift 2 ;;
+    --teacher-languages) TEACHER_VOCABULARY+=(--teacher-languages "$2" "$3"); shift 3 ;;
     --method) METHOD="$2"; shift 2 ;;
     --student) STUDENT="$2"; shift 2 ;;
     --student-epochs) STUDENT_EPOCHS="$2"; shift 2 ;;
@@ -62,7 +68,7 @@ while [ $# -gt 0 ]; do
     --shard-id) SHARD_ID="$2"; shift 2 ;;
     *) if run_option "$@"; then shift "$TAKEN"; else
          echo "run.sh: unknown option '$1'; valid: -s, -t, --train, --valid, --test, --mono, --teacher," \
-              "--teacher-data, --teacher-size, --method, --student, --student-epochs, --out, --gpus, --no-fp16, --stage, --num-shards, --shard-id," \
+              "--teacher-data, --teacher-size, --teacher-pieces, --teacher-languages, --method, --student, --student-epochs, --out, --gpus, --no-fp16, --stage, --num-shards, --shard-id," \
               "--dry-run, --smoke" >&2; exit 2
        fi ;;
   esac
@@ -115,6 +121,10 @@ if [ "$KIND" = translations ] && [ "$TEST_PREFIX" = - ]; then
   echo "run.sh: --teacher $TEACHER_PATH is a file of translations, one for each training pair: pass --test PREFIX," \
        "so that no training pair is held out as the test set" >&2
   exit 2
+fi
+if [ "${#TEACHER_VOCABULARY[@]}" -gt 0 ] && [ "$KIND" != huggingface ]; then
+  echo "run.sh: ${TEACHER_VOCABULARY[0]} goes with a Hugging Face teacher (--teacher MODEL_DIR), whose pieces" \
+       "the student's data is prepared in; the teacher here is ${KIND}${TEACHER_PATH:+ ($TEACHER_PATH)}" >&2; exit 2
 fi
 echo "[own] teacher: $KIND${TEACHER_PATH:+ ($TEACHER_PATH)}; method: $METHOD; student: $STUDENT"
 if [ "$KIND" = fairseq ] && [ -z "$TEACHER_DATA" ]; then
@@ -197,7 +207,7 @@ prepare() {
 if wanted prepare; then
   vocabulary=("${VOCAB[@]}")
   [ "$KIND" = fairseq ] && vocabulary=(--vocabulary-from "$TEACHER_DATA")
-  [ "$KIND" = huggingface ] && vocabulary=(--vocabulary-from "$TEACHER_PATH")
+  [ "$KIND" = huggingface ] && vocabulary=(--vocabulary-from "$TEACHER_PATH" "${TEACHER_VOCABULARY[@]}")
   stage "[prepare]" "$OUT/data/.done" prepare "$SRC" "$TGT" "$TRAIN_PREFIX" "$VALID_PREFIX" "$TEST_PREFIX" \
     "${vocabulary[@]}"
 fi

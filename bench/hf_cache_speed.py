@@ -48,7 +48,9 @@ def fairseq_teacher(data, out):
              "--max-tokens", "4096", "--max-update", "1", "--criterion", "cross_entropy", "--disable-validation",
              "--no-epoch-checkpoints", "--save-dir", out, "--cpu", "--seed", "1"], out + ".log")
     state = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    return checkpoint, sum(v.numel() for k, v in state["model"].items() if not k.endswith("_float_tensor"))
+    # the shared embeddings stand in the state three times (encoder, decoder, output): count each tensor once
+    unique = {v.data_ptr(): v.numel() for k, v in state["model"].items() if not k.endswith("_float_tensor")}
+    return checkpoint, sum(unique.values())
 
 
 def fill(teacher, data, out):

@@ -128,9 +128,11 @@ class HuggingFaceTeacher(nn.Module):
         logits = F.linear(decoder_out, weight, bias).masked_fill(self.unmapped, float("-inf"))
         if not self.trimmed_ids.numel():
             return logits
-        unk = logits[..., UNK:UNK + 1]
-        tail = self.trimmed_logsumexp(decoder_out).unsqueeze(-1).to(logits.dtype)
-        return torch.cat([logits[..., :UNK], torch.logaddexp(unk, tail), logits[..., UNK + 1:]], -1)
+        # one column rewritten in place, not a copy of the whole B x T x V tensor (masked_fill's
+        # backward does not read its output, so this is safe under autograd too)
+        tail = self.trimmed_logsumexp(decoder_out).to(logits.dtype)
+        logits[..., UNK] = torch.logaddexp(logits[..., UNK], tail)
+        return logits
 
     def trimmed_logsumexp(self, decoder_out: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
         """B x T: log-sum-exp of the teacher's logits over the trimmed pieces, in float32, ``chunk``
@@ -307,12 +309,6 @@ def data_record(data: Optional[str]) -> dict:
     from fairseq_distill.text.segmentation import load_meta
 
     return ((load_meta(data) if data and os.path.isdir(data) else None) or {}).get(META_KEY) or {}
-
-
-def language_codes(data: Optional[str]) -> tuple:
-    """The teacher's language codes (source, target) recorded in the data-bin ``data``; (None, None) where none."""
-    record = data_record(data)
-    return record.get("source_code"), record.get("target_code")
 
 
 def load(path: str, source_dictionary, target_dictionary, data: Optional[str] = None) -> HuggingFaceTeacher:

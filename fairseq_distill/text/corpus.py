@@ -351,7 +351,8 @@ def prepare(args):
             types = keep_teacher_pieces(dictionary_dir, (src, tgt), teacher, teacher_pieces)
         stages.finish("dictionary", types)
     if teacher:
-        teacher["record"].update(stages.done["dictionary"])
+        done = stages.done["dictionary"]  # a count alone where an earlier version made this stage
+        teacher["record"].update(done if isinstance(done, dict) else {"kept_pieces": done})
     train = segmented["train"]
     pieces_dir = os.path.join(stages.dir, "train-pieces")
     if "merged train" not in stages.done:
